@@ -1,0 +1,228 @@
+//! Keyed compaction (after Kafka's log cleaner).
+//!
+//! A pass seals the active segment, then builds a map from key to the offset of its latest
+//! record over the sealed segments, oldest first, until the map reaches its memory budget (the
+//! segments the map covers are the pass's range; the rest waits for the next pass). Each covered
+//! segment is rewritten keeping: every unkeyed record, and each keyed record that is the latest
+//! of its key in the map; a latest record that is a tombstone is kept until its timestamp is older
+//! than the delete-retention period, then dropped. Offsets never change: removed records leave
+//! gaps. A rewritten segment is written under a temporary name, synced, and renamed over the old
+//! file (atomic; readers that mapped the old file keep reading it); a segment left empty is deleted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::partition::Partition;
+use super::retention::remove_segments;
+use super::Log;
+use crate::error::{IoContext, StoreError, StoreResult};
+use crate::segment::writer::{sync_dir, write_file};
+use crate::segment::{
+    decode_batch, decode_header, encode_batch, index_file_name, segment_file_name, Record, SealedSegment,
+    SegmentWriter, SEGMENT_HEADER_LEN,
+};
+
+/// Encoded bytes per batch in a rewritten segment.
+const REWRITE_BATCH_BYTES: usize = 256 << 10;
+/// Memory the key map charges per entry on top of the key bytes.
+const KEY_MAP_ENTRY_OVERHEAD: usize = 48;
+
+/// What one compaction pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Segments rewritten with fewer records.
+    pub segments_rewritten: usize,
+    /// Segments deleted because nothing in them survived.
+    pub segments_removed: usize,
+    /// Records removed.
+    pub records_removed: u64,
+    /// Bytes of the segments the pass covered, before.
+    pub bytes_before: u64,
+    /// Bytes of those segments after.
+    pub bytes_after: u64,
+}
+
+impl CompactionReport {
+    fn add(&mut self, other: CompactionReport) {
+        self.segments_rewritten += other.segments_rewritten;
+        self.segments_removed += other.segments_removed;
+        self.records_removed += other.records_removed;
+        self.bytes_before += other.bytes_before;
+        self.bytes_after += other.bytes_after;
+    }
+}
+
+/// Calls `f` with the records of each batch of a sealed segment, in order.
+pub(crate) fn for_each_batch(
+    segment: &SealedSegment,
+    mut f: impl FnMut(Vec<Record>) -> StoreResult<()>,
+) -> StoreResult<()> {
+    let bytes = segment.bytes();
+    let mut pos = SEGMENT_HEADER_LEN;
+    while pos < bytes.len() {
+        let (header, records) =
+            decode_batch(&bytes[pos..]).map_err(|e| StoreError::corrupt(segment.path(), pos as u64, e))?;
+        f(records)?;
+        pos += header.len();
+    }
+    Ok(())
+}
+
+impl Log {
+    /// Compacts every partition (blocking; run it off the async executor).
+    pub fn compact_blocking(&self, now_ms: i64) -> StoreResult<CompactionReport> {
+        let mut report = CompactionReport::default();
+        for p in 0..self.partition_count() {
+            report.add(self.compact_partition(p, now_ms)?);
+        }
+        Ok(report)
+    }
+
+    /// Async form of [`Log::compact_blocking`].
+    pub async fn compact(&self, now_ms: i64) -> StoreResult<CompactionReport> {
+        let log = self.clone();
+        tokio::task::spawn_blocking(move || log.compact_blocking(now_ms))
+            .await
+            .map_err(|e| StoreError::Invalid(format!("compaction task failed: {e}")))?
+    }
+
+    /// Share of a partition's bytes written since its last compaction pass.
+    pub fn dirty_ratio(&self, partition: u32) -> StoreResult<f64> {
+        let p = self.partition(partition)?;
+        let clean_end = *p.maintenance.lock().unwrap_or_else(|e| e.into_inner());
+        let view = p.view();
+        let active = view.active.committed_len().saturating_sub(SEGMENT_HEADER_LEN as u64);
+        let mut total = active;
+        let mut dirty = active;
+        for s in &view.sealed {
+            let len = s.index().segment_len;
+            total += len;
+            if s.index().last_offset >= clean_end {
+                dirty += len;
+            }
+        }
+        Ok(if total == 0 { 0.0 } else { dirty as f64 / total as f64 })
+    }
+
+    /// Runs one compaction pass over `partition` as of `now_ms` (blocking).
+    pub fn compact_partition(&self, partition: u32, now_ms: i64) -> StoreResult<CompactionReport> {
+        let p = self.partition(partition)?.clone();
+        let mut clean_end = p.maintenance.lock().unwrap_or_else(|e| e.into_inner());
+        self.roll_blocking(partition)?;
+        let segments = p.view().sealed;
+        let policy = self.inner.options.compaction;
+
+        let mut latest: HashMap<Bytes, i64> = HashMap::new();
+        let mut map_bytes = 0usize;
+        let mut covered = 0;
+        for segment in &segments {
+            for_each_batch(segment, |records| {
+                for r in records {
+                    if let Some(key) = r.key {
+                        let len = key.len();
+                        if latest.insert(key, r.offset).is_none() {
+                            map_bytes += len + KEY_MAP_ENTRY_OVERHEAD;
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+            covered += 1;
+            if map_bytes >= policy.max_key_map_bytes {
+                break;
+            }
+        }
+
+        let delete_before = now_ms.saturating_sub(policy.delete_retention.as_millis().min(i64::MAX as u128) as i64);
+        let keep = |r: &Record| match &r.key {
+            None => true,
+            Some(key) => latest.get(key) == Some(&r.offset) && !(r.value.is_none() && r.timestamp < delete_before),
+        };
+        let mut report = CompactionReport::default();
+        let mut emptied = Vec::new();
+        for segment in &segments[..covered] {
+            let len = segment.index().segment_len;
+            report.bytes_before += len;
+            let mut kept = Vec::new();
+            let mut removed = 0u64;
+            for_each_batch(segment, |records| {
+                for r in records {
+                    if keep(&r) {
+                        kept.push(r);
+                    } else {
+                        removed += 1;
+                    }
+                }
+                Ok(())
+            })?;
+            if removed == 0 {
+                report.bytes_after += len;
+                continue;
+            }
+            report.records_removed += removed;
+            if kept.is_empty() {
+                report.segments_removed += 1;
+                emptied.push(segment.clone());
+                continue;
+            }
+            let rewritten = self.rewrite_segment(&p, segment, &kept)?;
+            report.bytes_after += rewritten.index().segment_len;
+            report.segments_rewritten += 1;
+            let rewritten = Arc::new(rewritten);
+            p.update_view(|view| {
+                for s in view.sealed.iter_mut() {
+                    if Arc::ptr_eq(s, segment) {
+                        *s = rewritten.clone();
+                    }
+                }
+            });
+        }
+        remove_segments(&p, &emptied)?;
+        if let Some(last) = segments[..covered].last() {
+            *clean_end = last.index().last_offset + 1;
+        }
+        Ok(report)
+    }
+
+    /// Writes `kept` as a new file, syncs it and renames it over `segment`'s file.
+    fn rewrite_segment(&self, p: &Partition, segment: &SealedSegment, kept: &[Record]) -> StoreResult<SealedSegment> {
+        let base = segment.index().base_offset;
+        let path = p.dir.join(segment_file_name(base));
+        let tmp = p.dir.join(format!("{}.tmp", segment_file_name(base)));
+        let index_path = p.dir.join(index_file_name(base));
+        let index_tmp = p.dir.join(format!("{}.tmp", index_file_name(base)));
+        let _ = std::fs::remove_file(&tmp);
+        let mut writer = SegmentWriter::create(&tmp, base, self.inner.options.index_interval_bytes)?;
+        let mut buffer = Vec::new();
+        let mut start = 0;
+        while start < kept.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < kept.len() && (end == start || bytes + kept[end].encoded_len() <= REWRITE_BATCH_BYTES) {
+                bytes += kept[end].encoded_len();
+                end += 1;
+            }
+            buffer.clear();
+            encode_batch(&kept[start..end], self.inner.options.compression, &mut buffer)?;
+            let header = decode_header(&buffer)
+                .map_err(|e| StoreError::Invalid(format!("encoder produced an invalid header: {e}")))?;
+            writer.append(&buffer, &header)?;
+            start = end;
+        }
+        writer.sync()?;
+        let mut index = writer.shared().index();
+        // Keep the summary of the original segment: its offsets end where they ended before.
+        index.last_offset = segment.index().last_offset;
+        write_file(&index_tmp, &index.encode(), false)?;
+        match std::fs::remove_file(&index_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&index_path),
+            _ => {}
+        }
+        std::fs::rename(&tmp, &path).at(&path)?;
+        std::fs::rename(&index_tmp, &index_path).at(&index_path)?;
+        sync_dir(&p.dir)?;
+        SealedSegment::map(&path, writer.file(), index)
+    }
+}

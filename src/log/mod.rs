@@ -1,0 +1,347 @@
+//! A log: a fixed number of partitions of rolling segments, one writer thread with group commit,
+//! bounded reads, retention and keyed compaction.
+
+pub mod compaction;
+pub mod options;
+pub mod partition;
+pub mod retention;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use tokio::sync::{oneshot, watch};
+
+pub use compaction::CompactionReport;
+pub use options::{CompactionPolicy, Durability, LogOptions, RetentionPolicy};
+pub use partition::{PartitionRecovery, ReadPage};
+pub use retention::RetentionReport;
+pub use writer::OffsetRange;
+
+use crate::error::{StoreError, StoreResult};
+use crate::segment::NewRecord;
+use partition::Partition;
+use writer::{Command, Writer};
+
+/// Statistics of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// Partition number.
+    pub partition: u32,
+    /// First retained offset.
+    pub low_water_mark: i64,
+    /// One past the last offset.
+    pub high_water_mark: i64,
+    /// Segment files, the active one included.
+    pub segments: usize,
+    /// Bytes in segment files.
+    pub bytes: u64,
+}
+
+pub(crate) struct LogInner {
+    name: String,
+    dir: PathBuf,
+    options: LogOptions,
+    partitions: Vec<Arc<Partition>>,
+    commands: Mutex<Option<Sender<Command>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    closed: AtomicBool,
+    commits: watch::Sender<u64>,
+    sync_rounds: Arc<AtomicU64>,
+    recovery: Vec<PartitionRecovery>,
+    /// Keeps the store's directory lock alive as long as the log is open.
+    _lock: Arc<dyn Send + Sync>,
+}
+
+/// A durable, partitioned, append-only log. Cheap to clone; all clones share one writer.
+#[derive(Clone)]
+pub struct Log {
+    inner: Arc<LogInner>,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("name", &self.inner.name)
+            .field("dir", &self.inner.dir)
+            .field("partitions", &self.inner.partitions.len())
+            .finish()
+    }
+}
+
+impl Log {
+    /// Opens (creating if needed) a log of `partitions` partitions in `dir`, recovering each one.
+    ///
+    /// `lock` is held for as long as the log lives. Prefer [`crate::Store::open_log`], which
+    /// records the log in the store's manifest and takes the directory lock.
+    pub(crate) fn open(
+        name: &str,
+        dir: &Path,
+        partitions: u32,
+        options: LogOptions,
+        lock: Arc<dyn Send + Sync>,
+    ) -> StoreResult<Self> {
+        options.validate().map_err(StoreError::Invalid)?;
+        if partitions == 0 || partitions > i32::MAX as u32 {
+            return Err(StoreError::Invalid("a log needs at least one partition".into()));
+        }
+        let mut shared = Vec::with_capacity(partitions as usize);
+        let mut writers = Vec::with_capacity(partitions as usize);
+        let mut recovery = Vec::with_capacity(partitions as usize);
+        for id in 0..partitions {
+            let (partition, active, report) = Partition::open(dir.join(id.to_string()), id, &options)?;
+            let partition = Arc::new(partition);
+            shared.push(partition.clone());
+            writers.push((partition, active));
+            recovery.push(report);
+        }
+        let (commits, _) = watch::channel(0u64);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sync_rounds = Arc::new(AtomicU64::new(0));
+        let writer = Writer::new(writers, options.clone(), commits.clone(), sync_rounds.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("strata-writer-{name}"))
+            .spawn(move || writer.run(rx))
+            .map_err(|e| StoreError::io(dir, e))?;
+        let inner = Arc::new(LogInner {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            options,
+            partitions: shared,
+            commands: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(handle)),
+            maintenance: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            commits,
+            sync_rounds,
+            recovery,
+            _lock: lock,
+        });
+        let log = Log { inner };
+        if let Some(period) = log.inner.options.maintenance_interval {
+            log.start_maintenance(period)?;
+        }
+        Ok(log)
+    }
+
+    fn start_maintenance(&self, period: std::time::Duration) -> StoreResult<()> {
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let weak = Arc::downgrade(&self.inner);
+        let handle = std::thread::Builder::new()
+            .name(format!("strata-maintenance-{}", self.inner.name))
+            .spawn(move || loop {
+                match stop_rx.recv_timeout(period) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                let log = Log { inner };
+                // Failures are retried on the next period; each partition is handled on its own.
+                let _ = log.run_maintenance(crate::now_ms());
+            })
+            .map_err(|e| StoreError::io(&self.inner.dir, e))?;
+        *self.inner.maintenance.lock().unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
+        Ok(())
+    }
+
+    /// One maintenance pass: retention, then compaction of partitions whose dirty ratio is high enough.
+    pub fn run_maintenance(&self, now_ms: i64) -> StoreResult<()> {
+        self.apply_retention(now_ms)?;
+        if self.inner.options.compaction.enabled {
+            for p in 0..self.partition_count() {
+                if self.dirty_ratio(p)? >= self.inner.options.compaction.min_cleanable_ratio {
+                    self.compact_partition(p, now_ms)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Name of the log.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Directory holding the partitions.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Options the log was opened with.
+    pub fn options(&self) -> &LogOptions {
+        &self.inner.options
+    }
+
+    /// Number of partitions (fixed for the life of the log).
+    pub fn partition_count(&self) -> u32 {
+        self.inner.partitions.len() as u32
+    }
+
+    /// What recovery did to each partition when the log was opened.
+    pub fn recovery_report(&self) -> &[PartitionRecovery] {
+        &self.inner.recovery
+    }
+
+    /// Number of sync rounds (each one fdatasync per touched partition) the writer has run.
+    pub fn sync_rounds(&self) -> u64 {
+        self.inner.sync_rounds.load(Ordering::Relaxed)
+    }
+
+    /// True once [`Log::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn partition(&self, partition: u32) -> StoreResult<&Arc<Partition>> {
+        self.inner
+            .partitions
+            .get(partition as usize)
+            .ok_or(StoreError::PartitionOutOfRange {
+                partition: partition as i32,
+                count: self.inner.partitions.len() as i32,
+            })
+    }
+
+    fn send(&self, command: Command) -> StoreResult<()> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        let guard = self.inner.commands.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .as_ref()
+            .ok_or(StoreError::Closed)?
+            .send(command)
+            .map_err(|_| StoreError::Closed)
+    }
+
+    /// Appends `records` to `partition` as one batch; resolves to the first and last offsets
+    /// once the records are durable (or acknowledged, under `Durability::Interval`).
+    pub async fn append(&self, partition: u32, records: Vec<NewRecord>) -> StoreResult<OffsetRange> {
+        let mut ranges = self.append_many(vec![(partition, records)]).await?;
+        ranges.pop().ok_or(StoreError::Closed)
+    }
+
+    /// Appends several items (each to its partition) in one durability round trip. Resolves to the
+    /// offset ranges in the order given; on error, any subset of the items may have been appended,
+    /// and none is still in flight.
+    pub async fn append_many(&self, items: Vec<(u32, Vec<NewRecord>)>) -> StoreResult<Vec<OffsetRange>> {
+        for (partition, records) in &items {
+            self.partition(*partition)?;
+            if records.is_empty() {
+                return Err(StoreError::Encode(crate::segment::EncodeError::Empty));
+            }
+            if records.iter().any(|r| r.key.is_none() && r.value.is_none()) {
+                return Err(StoreError::Encode(crate::segment::EncodeError::UnkeyedTombstone));
+            }
+        }
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Append { items, reply })?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Reads a page of records of `partition` starting at `from`, holding about `max_bytes`.
+    pub fn read(&self, partition: u32, from: i64, max_bytes: usize) -> StoreResult<ReadPage> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        self.partition(partition)?.read(from, max_bytes)
+    }
+
+    /// One past the last readable offset of `partition` (0 when empty).
+    pub fn high_water_mark(&self, partition: u32) -> StoreResult<i64> {
+        Ok(self.partition(partition)?.high_water_mark())
+    }
+
+    /// First retained offset of `partition`.
+    pub fn low_water_mark(&self, partition: u32) -> StoreResult<i64> {
+        Ok(self.partition(partition)?.low_water_mark())
+    }
+
+    /// A receiver that changes whenever new records become readable (or the log closes).
+    pub fn commits(&self) -> watch::Receiver<u64> {
+        self.inner.commits.subscribe()
+    }
+
+    /// Seals the active segment of `partition` if it holds any record (blocking call).
+    pub fn roll_blocking(&self, partition: u32) -> StoreResult<()> {
+        self.partition(partition)?;
+        let (reply, rx) = std::sync::mpsc::channel();
+        self.send(Command::Roll { partition, reply })?;
+        rx.recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// Makes everything appended so far durable (useful under `Durability::Interval`).
+    pub async fn sync(&self) -> StoreResult<()> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Sync { reply })?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Statistics of every partition.
+    pub fn stats(&self) -> Vec<PartitionStats> {
+        self.inner
+            .partitions
+            .iter()
+            .map(|p| {
+                let view = p.view();
+                let sealed: u64 = view.sealed.iter().map(|s| s.index().segment_len).sum();
+                PartitionStats {
+                    partition: p.id,
+                    low_water_mark: p.low_water_mark(),
+                    high_water_mark: p.high_water_mark(),
+                    segments: view.sealed.len() + 1,
+                    bytes: sealed + view.active.committed_len(),
+                }
+            })
+            .collect()
+    }
+
+    /// Stops the writer after syncing; later calls get [`StoreError::Closed`]. Idempotent.
+    pub fn close_blocking(&self) -> StoreResult<()> {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.shutdown()
+    }
+
+    /// Async form of [`Log::close_blocking`].
+    pub async fn close(&self) -> StoreResult<()> {
+        let log = self.clone();
+        tokio::task::spawn_blocking(move || log.close_blocking())
+            .await
+            .map_err(|e| StoreError::Invalid(format!("close task failed: {e}")))?
+    }
+}
+
+impl LogInner {
+    fn shutdown(&self) -> StoreResult<()> {
+        if let Some((stop, handle)) = self.maintenance.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            drop(stop);
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+        let sender = self.commands.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut result = Ok(());
+        if let Some(sender) = sender {
+            let (reply, rx) = std::sync::mpsc::channel();
+            if sender.send(Command::Shutdown { reply }).is_ok() {
+                result = rx.recv().unwrap_or(Ok(()));
+            }
+        }
+        if let Some(handle) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = handle.join();
+        }
+        self.commits.send_modify(|v| *v = v.wrapping_add(1));
+        result
+    }
+}
+
+impl Drop for LogInner {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.shutdown();
+    }
+}

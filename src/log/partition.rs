@@ -1,0 +1,215 @@
+//! A partition: an ordered list of sealed segments plus the active one, its water marks, and
+//! bounded reads across segments.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::options::LogOptions;
+use crate::error::{IoContext, StoreError, StoreResult};
+use crate::segment::recovery::{open_last, open_sealed};
+use crate::segment::{
+    index_file_name, segment_file_name, ActiveSegment, ReadStop, Record, SealedSegment, SegmentRecovery,
+    SegmentWriter,
+};
+
+/// A page of records read from one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadPage {
+    /// Records in offset order.
+    pub records: Vec<Record>,
+    /// Offset the next read should start from (past any compacted gap that was stepped over).
+    pub next_offset: i64,
+}
+
+/// The segments readers see.
+#[derive(Debug, Clone)]
+pub(crate) struct View {
+    pub sealed: Vec<Arc<SealedSegment>>,
+    pub active: Arc<ActiveSegment>,
+}
+
+/// What recovery did to one partition at open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionRecovery {
+    /// Partition number.
+    pub partition: u32,
+    /// Segments found.
+    pub segments: usize,
+    /// Bytes cut from segment tails.
+    pub truncated_bytes: u64,
+    /// Indexes rebuilt by scanning.
+    pub indexes_rebuilt: usize,
+}
+
+/// The shared, read-mostly state of one partition.
+#[derive(Debug)]
+pub(crate) struct Partition {
+    pub id: u32,
+    pub dir: PathBuf,
+    view: RwLock<View>,
+    high_water: AtomicI64,
+    /// Serializes retention and compaction; holds the offset compaction has cleaned up to.
+    pub maintenance: Mutex<i64>,
+}
+
+/// Lists the base offsets of the segment files in `dir`, removing leftovers of interrupted work.
+fn list_segments(dir: &Path) -> StoreResult<Vec<i64>> {
+    let mut bases = Vec::new();
+    let mut indexes = Vec::new();
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp") {
+            // An unfinished compaction output or index: never renamed into place.
+            std::fs::remove_file(entry.path()).at(&entry.path())?;
+        } else if let Some(stem) = name.strip_suffix(".seg") {
+            if let Ok(base) = stem.parse::<i64>() {
+                if stem.len() == 20 && base >= 0 {
+                    bases.push(base);
+                }
+            }
+        } else if let Some(stem) = name.strip_suffix(".idx") {
+            if let Ok(base) = stem.parse::<i64>() {
+                indexes.push(base);
+            }
+        }
+    }
+    bases.sort_unstable();
+    for base in indexes {
+        if bases.binary_search(&base).is_err() {
+            let path = dir.join(index_file_name(base));
+            std::fs::remove_file(&path).at(&path)?;
+        }
+    }
+    Ok(bases)
+}
+
+impl Partition {
+    /// Opens (or creates) partition `id` in `dir`, recovering its segments.
+    pub fn open(dir: PathBuf, id: u32, options: &LogOptions) -> StoreResult<(Self, SegmentWriter, PartitionRecovery)> {
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        let mut bases = list_segments(&dir)?;
+        let interval = options.index_interval_bytes;
+        let mut report = PartitionRecovery {
+            partition: id,
+            ..Default::default()
+        };
+        if bases.is_empty() {
+            SegmentWriter::create(&dir.join(segment_file_name(0)), 0, interval)?;
+            crate::segment::writer::sync_dir(&dir)?;
+            bases.push(0);
+        }
+        report.segments = bases.len();
+        let mut note = |r: &SegmentRecovery| {
+            report.truncated_bytes += r.truncated_bytes;
+            report.indexes_rebuilt += usize::from(r.index_rebuilt);
+        };
+        let mut sealed: Vec<Arc<SealedSegment>> = Vec::with_capacity(bases.len());
+        let mut previous_last = -1i64;
+        let check_order = |base: i64, previous_last: i64, path: &Path| {
+            if base <= previous_last {
+                return Err(StoreError::corrupt(
+                    path,
+                    0,
+                    crate::segment::DecodeError::invalid("base_offset", "overlaps the previous segment"),
+                ));
+            }
+            Ok(())
+        };
+        let (last_base, sealed_bases) = bases.split_last().ok_or(StoreError::Invalid("no segment".into()))?;
+        for &base in sealed_bases {
+            let path = dir.join(segment_file_name(base));
+            check_order(base, previous_last, &path)?;
+            let (segment, r) = open_sealed(&path, &dir.join(index_file_name(base)), base, options.recovery, interval)?;
+            note(&r);
+            previous_last = segment.index().last_offset;
+            sealed.push(Arc::new(segment));
+        }
+        let path = dir.join(segment_file_name(*last_base));
+        check_order(*last_base, previous_last, &path)?;
+        let (file, index, r) = open_last(&path, &dir.join(index_file_name(*last_base)), *last_base, options.recovery, interval)?;
+        note(&r);
+        let high_water = (index.last_offset + 1).max(*last_base);
+        let writer = SegmentWriter::resume(&path, file, index, interval)?;
+        let partition = Partition {
+            id,
+            dir,
+            view: RwLock::new(View {
+                sealed,
+                active: writer.shared().clone(),
+            }),
+            high_water: AtomicI64::new(high_water),
+            maintenance: Mutex::new(0),
+        };
+        Ok((partition, writer, report))
+    }
+
+    /// A snapshot of the segment list.
+    pub fn view(&self) -> View {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Changes the segment list.
+    pub fn update_view<R>(&self, f: impl FnOnce(&mut View) -> R) -> R {
+        f(&mut self.view.write().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// One past the last readable offset.
+    pub fn high_water_mark(&self) -> i64 {
+        self.high_water.load(Ordering::Acquire)
+    }
+
+    /// Publishes a new high-water mark (after the active segment published its bytes).
+    pub fn set_high_water_mark(&self, offset: i64) {
+        self.high_water.fetch_max(offset, Ordering::AcqRel);
+    }
+
+    /// First retained offset: the base of the oldest segment.
+    pub fn low_water_mark(&self) -> i64 {
+        let view = self.view();
+        let base = view
+            .sealed
+            .first()
+            .map_or(view.active.base_offset(), |s| s.index().base_offset);
+        base.min(self.high_water_mark())
+    }
+
+    /// Reads records with offsets in `[from, high-water mark)`, holding about `max_bytes` of batches.
+    ///
+    /// Always makes progress: `next_offset > from` unless `from` is at or past the high-water mark.
+    pub fn read(&self, from: i64, max_bytes: usize) -> StoreResult<ReadPage> {
+        let high_water = self.high_water_mark();
+        let view = self.view();
+        let mut records = Vec::new();
+        let mut from = from.max(0);
+        if from >= high_water {
+            return Ok(ReadPage {
+                records,
+                next_offset: from,
+            });
+        }
+        let mut budget = max_bytes.max(1);
+        let first = view.sealed.partition_point(|s| s.index().last_offset < from);
+        for segment in &view.sealed[first..] {
+            from = from.max(segment.index().base_offset);
+            match segment.read((from, high_water), &mut budget, &mut records)? {
+                ReadStop::Budget(next) => return Ok(ReadPage { records, next_offset: next }),
+                ReadStop::Bound => {
+                    return Ok(ReadPage {
+                        records,
+                        next_offset: high_water,
+                    })
+                }
+                ReadStop::EndOfSegment => from = from.max(segment.index().last_offset + 1),
+            }
+        }
+        from = from.max(view.active.base_offset());
+        let next_offset = match view.active.read((from, high_water), &mut budget, &mut records)? {
+            ReadStop::Budget(next) => next,
+            ReadStop::Bound | ReadStop::EndOfSegment => high_water,
+        };
+        Ok(ReadPage { records, next_offset })
+    }
+}

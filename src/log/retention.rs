@@ -1,0 +1,85 @@
+//! Retention: delete whole sealed segments, oldest first, by partition size and record age.
+//! Deleting the oldest segment advances the partition's low-water mark to the next base offset.
+
+use std::sync::Arc;
+
+use super::partition::Partition;
+use super::Log;
+use crate::error::{IoContext, StoreResult};
+use crate::segment::writer::sync_dir;
+use crate::segment::{index_file_name, segment_file_name, SealedSegment};
+
+/// What one retention pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Segment files deleted.
+    pub segments_deleted: usize,
+    /// Bytes those files held.
+    pub bytes_deleted: u64,
+}
+
+/// Removes `doomed` segments from the view, then unlinks their files (mapped readers keep the
+/// inode alive until they drop their mapping, so this is safe while reads are in flight).
+pub(crate) fn remove_segments(partition: &Partition, doomed: &[Arc<SealedSegment>]) -> StoreResult<()> {
+    if doomed.is_empty() {
+        return Ok(());
+    }
+    partition.update_view(|view| {
+        view.sealed.retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(s, d)));
+    });
+    for segment in doomed {
+        let base = segment.index().base_offset;
+        for name in [segment_file_name(base), index_file_name(base)] {
+            let path = partition.dir.join(name);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&path),
+                _ => {}
+            }
+        }
+    }
+    sync_dir(&partition.dir)
+}
+
+impl Log {
+    /// Applies the retention policy to every partition, as of `now_ms`.
+    pub fn apply_retention(&self, now_ms: i64) -> StoreResult<RetentionReport> {
+        let mut report = RetentionReport::default();
+        for partition in &self.inner.partitions {
+            let r = self.retain_partition(partition, now_ms)?;
+            report.segments_deleted += r.segments_deleted;
+            report.bytes_deleted += r.bytes_deleted;
+        }
+        Ok(report)
+    }
+
+    fn retain_partition(&self, partition: &Partition, now_ms: i64) -> StoreResult<RetentionReport> {
+        let policy = self.inner.options.retention;
+        if policy.max_bytes.is_none() && policy.max_age.is_none() {
+            return Ok(RetentionReport::default());
+        }
+        let _guard = partition.maintenance.lock().unwrap_or_else(|p| p.into_inner());
+        let view = partition.view();
+        let mut size: u64 = view.sealed.iter().map(|s| s.index().segment_len).sum::<u64>()
+            + view.active.committed_len();
+        let oldest_kept = policy
+            .max_age
+            .map(|age| now_ms.saturating_sub(age.as_millis().min(i64::MAX as u128) as i64));
+        let mut doomed = Vec::new();
+        for segment in &view.sealed {
+            let index = segment.index();
+            let too_big = policy.max_bytes.is_some_and(|max| size > max);
+            let too_old = oldest_kept.is_some_and(|oldest| index.max_timestamp < oldest);
+            if !(too_big || too_old) {
+                break;
+            }
+            size -= index.segment_len;
+            doomed.push(segment.clone());
+        }
+        let report = RetentionReport {
+            segments_deleted: doomed.len(),
+            bytes_deleted: doomed.iter().map(|s| s.index().segment_len).sum(),
+        };
+        remove_segments(partition, &doomed)?;
+        Ok(report)
+    }
+}

@@ -1,0 +1,486 @@
+//! Pure codec of record batches (format/SEGMENT.md, batch format version 1).
+//!
+//! No I/O and no panics: every decoder takes an arbitrary byte slice and answers with a value or a
+//! [`DecodeError`]. Lengths are checked before any allocation, so a hostile length field cannot make
+//! the decoder allocate more than [`MAX_BATCH_LEN`] or [`MAX_RECORDS_LEN`] bytes.
+
+use bytes::{Bytes, BytesMut};
+
+use super::error::{DecodeError, EncodeError};
+use super::record::{Record, RECORD_FIXED_LEN};
+
+/// Length of the fixed batch header.
+pub const BATCH_HEADER_LEN: usize = 48;
+/// Magic bytes at batch offset 8.
+pub const BATCH_MAGIC: [u8; 2] = *b"SB";
+/// Batch format version written by this build.
+pub const BATCH_FORMAT_VERSION: u8 = 1;
+/// Largest encoded batch (header included).
+pub const MAX_BATCH_LEN: usize = 64 << 20;
+/// Largest uncompressed records section.
+pub const MAX_RECORDS_LEN: usize = 64 << 20;
+
+const ATTR_COMPRESSION_MASK: u8 = 0b0000_0011;
+const RECORD_HAS_KEY: u8 = 0b01;
+const RECORD_HAS_VALUE: u8 = 0b10;
+
+/// Per-batch compression of the records section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Records stored as they are.
+    #[default]
+    None,
+    /// Records section compressed with zstd at the given level (1..=22).
+    Zstd {
+        /// zstd level.
+        level: i32,
+    },
+}
+
+impl Compression {
+    fn code(self) -> u8 {
+        match self {
+            Compression::None => 0,
+            Compression::Zstd { .. } => 1,
+        }
+    }
+}
+
+/// The decoded fixed header of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Total batch length in bytes, header included.
+    pub batch_len: u32,
+    /// CRC-32 (IEEE) over bytes `[0, 4)` and `[8, batch_len)`.
+    pub crc: u32,
+    /// Compression code: 0 none, 1 zstd.
+    pub compression: u8,
+    /// Number of records (at least one).
+    pub record_count: u32,
+    /// Offset of the first record.
+    pub base_offset: i64,
+    /// Offset of the last record minus `base_offset`.
+    pub last_offset_delta: u32,
+    /// Length of the uncompressed records section.
+    pub records_len: u32,
+    /// Timestamp of the first record.
+    pub first_timestamp: i64,
+    /// Largest timestamp in the batch.
+    pub max_timestamp: i64,
+}
+
+impl BatchHeader {
+    /// Offset of the last record of the batch.
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + i64::from(self.last_offset_delta)
+    }
+
+    /// Length of the batch as a `usize`.
+    pub fn len(&self) -> usize {
+        self.batch_len as usize
+    }
+
+    /// Always false: a valid batch holds its header at least.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+fn u32_at(buf: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn i64_at(buf: &[u8], at: usize) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    i64::from_le_bytes(b)
+}
+
+/// Decodes and checks the fixed header at the start of `buf` (the CRC is not checked here).
+pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
+    if buf.len() < BATCH_HEADER_LEN {
+        return Err(DecodeError::Truncated {
+            needed: BATCH_HEADER_LEN,
+            available: buf.len(),
+        });
+    }
+    if buf[8..10] != BATCH_MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    if buf[10] != BATCH_FORMAT_VERSION {
+        return Err(DecodeError::UnsupportedVersion(u32::from(buf[10])));
+    }
+    let attributes = buf[11];
+    if attributes & !ATTR_COMPRESSION_MASK != 0 {
+        return Err(DecodeError::invalid("attributes", "reserved bits set"));
+    }
+    let compression = attributes & ATTR_COMPRESSION_MASK;
+    if compression > 1 {
+        return Err(DecodeError::invalid("attributes", "unknown compression"));
+    }
+    let header = BatchHeader {
+        batch_len: u32_at(buf, 0),
+        crc: u32_at(buf, 4),
+        compression,
+        record_count: u32_at(buf, 12),
+        base_offset: i64_at(buf, 16),
+        last_offset_delta: u32_at(buf, 24),
+        records_len: u32_at(buf, 28),
+        first_timestamp: i64_at(buf, 32),
+        max_timestamp: i64_at(buf, 40),
+    };
+    let len = header.batch_len as usize;
+    if len <= BATCH_HEADER_LEN || len > MAX_BATCH_LEN {
+        return Err(DecodeError::invalid("batch_len", "out of range"));
+    }
+    if header.record_count == 0 {
+        return Err(DecodeError::invalid("record_count", "zero"));
+    }
+    if header.last_offset_delta < header.record_count - 1 {
+        return Err(DecodeError::invalid(
+            "last_offset_delta",
+            "smaller than record_count - 1",
+        ));
+    }
+    if header.base_offset < 0 || header.base_offset.checked_add(i64::from(header.last_offset_delta)).is_none() {
+        return Err(DecodeError::invalid("base_offset", "out of range"));
+    }
+    let records_len = header.records_len as usize;
+    if records_len > MAX_RECORDS_LEN
+        || records_len < RECORD_FIXED_LEN.saturating_mul(header.record_count as usize)
+    {
+        return Err(DecodeError::invalid("records_len", "out of range"));
+    }
+    if compression == 0 && records_len != len - BATCH_HEADER_LEN {
+        return Err(DecodeError::invalid(
+            "records_len",
+            "differs from the stored length of an uncompressed batch",
+        ));
+    }
+    if header.max_timestamp < header.first_timestamp {
+        return Err(DecodeError::invalid(
+            "max_timestamp",
+            "smaller than first_timestamp",
+        ));
+    }
+    Ok(header)
+}
+
+fn batch_crc(batch: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&batch[0..4]);
+    hasher.update(&batch[8..]);
+    hasher.finalize()
+}
+
+/// Decodes the header at the start of `buf` and verifies the batch CRC.
+///
+/// On success the whole batch, `buf[..header.len()]`, is present and intact.
+pub fn check_batch(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
+    let header = decode_header(buf)?;
+    let len = header.len();
+    if buf.len() < len {
+        return Err(DecodeError::Truncated {
+            needed: len,
+            available: buf.len(),
+        });
+    }
+    let computed = batch_crc(&buf[..len]);
+    if computed != header.crc {
+        return Err(DecodeError::CrcMismatch {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(header)
+}
+
+/// Decodes a whole batch at the start of `buf`: header, CRC, decompression and every record.
+pub fn decode_batch(buf: &[u8]) -> Result<(BatchHeader, Vec<Record>), DecodeError> {
+    let header = check_batch(buf)?;
+    let stored = &buf[BATCH_HEADER_LEN..header.len()];
+    let records = match header.compression {
+        0 => Bytes::copy_from_slice(stored),
+        _ => decompress(stored, header.records_len as usize)?,
+    };
+    let records = decode_records(&header, records)?;
+    Ok((header, records))
+}
+
+fn decompress(stored: &[u8], expected: usize) -> Result<Bytes, DecodeError> {
+    let mut out = Vec::with_capacity(expected);
+    let mut decoder =
+        zstd::stream::read::Decoder::new(stored).map_err(|e| DecodeError::Decompress(e.to_string()))?;
+    // Read at most one byte past the declared length, so a bomb cannot grow `out` further.
+    let limit = (expected as u64) + 1;
+    std::io::copy(&mut std::io::Read::take(&mut decoder, limit), &mut out)
+        .map_err(|e| DecodeError::Decompress(e.to_string()))?;
+    if out.len() != expected {
+        return Err(DecodeError::Decompress(format!(
+            "produced {} bytes, header declares {expected}",
+            out.len()
+        )));
+    }
+    Ok(Bytes::from(out))
+}
+
+struct Cursor {
+    buf: Bytes,
+    pos: usize,
+}
+
+impl Cursor {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<Bytes, DecodeError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|end| *end <= self.buf.len())
+            .ok_or(DecodeError::invalid(field, "runs past the records section"))?;
+        let out = self.buf.slice(self.pos..end);
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        let b = self.take(4, field)?;
+        Ok(u32_at(&b, 0))
+    }
+
+    fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
+        let b = self.take(8, field)?;
+        Ok(i64_at(&b, 0))
+    }
+
+    fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+        let b = self.take(1, field)?;
+        Ok(b[0])
+    }
+}
+
+fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, DecodeError> {
+    let count = header.record_count as usize;
+    let mut records = Vec::with_capacity(count);
+    let mut cursor = Cursor { buf: section, pos: 0 };
+    let mut previous_delta: Option<u32> = None;
+    let mut max_timestamp = i64::MIN;
+    for index in 0..count {
+        let delta = cursor.u32("offset_delta")?;
+        match previous_delta {
+            None if delta != 0 => {
+                return Err(DecodeError::invalid("offset_delta", "first record is not at delta 0"))
+            }
+            Some(prev) if delta <= prev => {
+                return Err(DecodeError::invalid("offset_delta", "not strictly increasing"))
+            }
+            _ => {}
+        }
+        previous_delta = Some(delta);
+        let timestamp = cursor.i64("timestamp")?;
+        if index == 0 && timestamp != header.first_timestamp {
+            return Err(DecodeError::invalid(
+                "first_timestamp",
+                "differs from the first record",
+            ));
+        }
+        max_timestamp = max_timestamp.max(timestamp);
+        let attributes = cursor.u8("record attributes")?;
+        if attributes & !(RECORD_HAS_KEY | RECORD_HAS_VALUE) != 0 {
+            return Err(DecodeError::invalid("record attributes", "reserved bits set"));
+        }
+        if attributes & RECORD_HAS_KEY == 0 && attributes & RECORD_HAS_VALUE == 0 {
+            return Err(DecodeError::invalid("record attributes", "neither key nor value"));
+        }
+        let key = if attributes & RECORD_HAS_KEY != 0 {
+            let len = cursor.u32("key_len")? as usize;
+            Some(cursor.take(len, "key")?)
+        } else {
+            None
+        };
+        let value = if attributes & RECORD_HAS_VALUE != 0 {
+            let len = cursor.u32("value_len")? as usize;
+            Some(cursor.take(len, "value")?)
+        } else {
+            None
+        };
+        records.push(Record {
+            offset: header.base_offset + i64::from(delta),
+            timestamp,
+            key,
+            value,
+        });
+    }
+    if previous_delta != Some(header.last_offset_delta) {
+        return Err(DecodeError::invalid(
+            "last_offset_delta",
+            "differs from the last record",
+        ));
+    }
+    if max_timestamp != header.max_timestamp {
+        return Err(DecodeError::invalid("max_timestamp", "differs from the records"));
+    }
+    if cursor.pos != cursor.buf.len() {
+        return Err(DecodeError::invalid("records_len", "trailing bytes after the last record"));
+    }
+    Ok(records)
+}
+
+/// Encodes `records` (offsets already assigned, strictly increasing) as one batch appended to `out`.
+///
+/// Returns the encoded batch length.
+pub fn encode_batch(
+    records: &[Record],
+    compression: Compression,
+    out: &mut Vec<u8>,
+) -> Result<usize, EncodeError> {
+    let first = records.first().ok_or(EncodeError::Empty)?;
+    let last = &records[records.len() - 1];
+    let base = first.offset;
+    if base < 0 {
+        return Err(EncodeError::BadOffsets);
+    }
+    let last_delta = u32::try_from(last.offset - base).map_err(|_| EncodeError::BadOffsets)?;
+    let record_count = u32::try_from(records.len()).map_err(|_| EncodeError::BadOffsets)?;
+    let records_len: usize = records.iter().map(Record::encoded_len).sum();
+    if records_len > MAX_RECORDS_LEN {
+        return Err(EncodeError::TooLarge {
+            len: records_len,
+            limit: MAX_RECORDS_LEN,
+        });
+    }
+    let mut section = BytesMut::with_capacity(records_len);
+    let mut previous: Option<i64> = None;
+    let mut max_timestamp = i64::MIN;
+    for record in records {
+        if previous.is_some_and(|p| record.offset <= p) {
+            return Err(EncodeError::BadOffsets);
+        }
+        previous = Some(record.offset);
+        if record.key.is_none() && record.value.is_none() {
+            return Err(EncodeError::UnkeyedTombstone);
+        }
+        max_timestamp = max_timestamp.max(record.timestamp);
+        let delta = (record.offset - base) as u32;
+        section.extend_from_slice(&delta.to_le_bytes());
+        section.extend_from_slice(&record.timestamp.to_le_bytes());
+        let mut attributes = 0u8;
+        if record.key.is_some() {
+            attributes |= RECORD_HAS_KEY;
+        }
+        if record.value.is_some() {
+            attributes |= RECORD_HAS_VALUE;
+        }
+        section.extend_from_slice(&[attributes]);
+        for part in [&record.key, &record.value].into_iter().flatten() {
+            let len = u32::try_from(part.len()).map_err(|_| EncodeError::TooLarge {
+                len: part.len(),
+                limit: MAX_RECORDS_LEN,
+            })?;
+            section.extend_from_slice(&len.to_le_bytes());
+            section.extend_from_slice(part);
+        }
+    }
+    let stored: std::borrow::Cow<'_, [u8]> = match compression {
+        Compression::None => std::borrow::Cow::Borrowed(&section[..]),
+        Compression::Zstd { level } => std::borrow::Cow::Owned(
+            zstd::bulk::compress(&section, level).map_err(|e| EncodeError::Compress(e.to_string()))?,
+        ),
+    };
+    let batch_len = BATCH_HEADER_LEN + stored.len();
+    if batch_len > MAX_BATCH_LEN {
+        return Err(EncodeError::TooLarge {
+            len: batch_len,
+            limit: MAX_BATCH_LEN,
+        });
+    }
+    let start = out.len();
+    out.reserve(batch_len);
+    out.extend_from_slice(&(batch_len as u32).to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&BATCH_MAGIC);
+    out.push(BATCH_FORMAT_VERSION);
+    out.push(compression.code());
+    out.extend_from_slice(&record_count.to_le_bytes());
+    out.extend_from_slice(&base.to_le_bytes());
+    out.extend_from_slice(&last_delta.to_le_bytes());
+    out.extend_from_slice(&(records_len as u32).to_le_bytes());
+    out.extend_from_slice(&first.timestamp.to_le_bytes());
+    out.extend_from_slice(&max_timestamp.to_le_bytes());
+    out.extend_from_slice(&stored);
+    let crc = batch_crc(&out[start..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    Ok(batch_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Record> {
+        vec![
+            Record {
+                offset: 10,
+                timestamp: 1000,
+                key: None,
+                value: Some(Bytes::from_static(b"hello")),
+            },
+            Record {
+                offset: 11,
+                timestamp: 999,
+                key: Some(Bytes::from_static(b"k")),
+                value: None,
+            },
+            Record {
+                offset: 14,
+                timestamp: 1002,
+                key: Some(Bytes::from_static(b"k2")),
+                value: Some(Bytes::new()),
+            },
+        ]
+    }
+
+    #[test]
+    fn round_trips_plain_and_zstd() {
+        for compression in [Compression::None, Compression::Zstd { level: 3 }] {
+            let mut out = Vec::new();
+            let len = encode_batch(&sample(), compression, &mut out).unwrap();
+            assert_eq!(len, out.len());
+            let (header, records) = decode_batch(&out).unwrap();
+            assert_eq!(records, sample());
+            assert_eq!(header.base_offset, 10);
+            assert_eq!(header.last_offset(), 14);
+            assert_eq!(header.max_timestamp, 1002);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_records() {
+        let mut out = Vec::new();
+        assert_eq!(encode_batch(&[], Compression::None, &mut out), Err(EncodeError::Empty));
+        let mut bad = sample();
+        bad[1].offset = 10;
+        assert_eq!(encode_batch(&bad, Compression::None, &mut out), Err(EncodeError::BadOffsets));
+        let mut bad = sample();
+        bad[0].value = None;
+        assert_eq!(
+            encode_batch(&bad, Compression::None, &mut out),
+            Err(EncodeError::UnkeyedTombstone)
+        );
+    }
+
+    #[test]
+    fn zeros_never_decode() {
+        assert!(decode_batch(&[0u8; 256]).is_err());
+        assert!(decode_header(&[0u8; 48]).is_err());
+    }
+
+    #[test]
+    fn every_truncation_is_an_error() {
+        let mut out = Vec::new();
+        encode_batch(&sample(), Compression::None, &mut out).unwrap();
+        for cut in 0..out.len() {
+            assert!(decode_batch(&out[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! Segment files: the pure batch codec, the file header, the sparse index, the writer, the
+//! read-only readers and startup recovery. Byte layouts are in `format/SEGMENT.md` and
+//! `format/INDEX.md`.
+
+pub mod codec;
+pub mod error;
+pub mod header;
+pub mod index;
+pub mod reader;
+pub mod record;
+pub mod recovery;
+pub mod scan;
+pub mod writer;
+
+pub use codec::{
+    check_batch, decode_batch, decode_header, encode_batch, BatchHeader, Compression, BATCH_HEADER_LEN,
+    MAX_BATCH_LEN, MAX_RECORDS_LEN,
+};
+pub use error::{DecodeError, EncodeError};
+pub use header::{decode_segment_header, encode_segment_header, SEGMENT_HEADER_LEN};
+pub use index::{IndexEntry, SegmentIndex};
+pub use reader::{ActiveSegment, ReadStop, SealedSegment};
+pub use record::{NewRecord, Record};
+pub use recovery::{RecoveryMode, SegmentRecovery};
+pub use scan::{scan_segment, Scan, ScanEnd};
+pub use writer::{index_file_name, segment_file_name, SegmentWriter};

@@ -1,0 +1,210 @@
+//! Reading records out of segments: sealed segments through a read-only memory map, the active
+//! segment through positioned reads bounded by its committed length.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+
+use memmap2::Mmap;
+
+use super::codec::{check_batch, decode_batch, decode_header, BATCH_HEADER_LEN};
+use super::index::SegmentIndex;
+use super::record::Record;
+use crate::error::{IoContext, StoreError, StoreResult};
+
+/// Where a read within one segment stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadStop {
+    /// The byte budget was used up; continue from this offset.
+    Budget(i64),
+    /// The bound `until` was reached.
+    Bound,
+    /// The segment holds nothing more.
+    EndOfSegment,
+}
+
+/// Decodes batches of `image` (bytes starting at file position `image_pos`) from file position
+/// `start`, pushing records in `[from, until)` onto `out` until `budget` bytes of batches were read.
+fn collect(
+    file: &Path,
+    image: &[u8],
+    image_pos: u64,
+    start: u64,
+    range: (i64, i64),
+    budget: &mut usize,
+    out: &mut Vec<Record>,
+) -> StoreResult<(ReadStop, u64)> {
+    let (from, until) = range;
+    let mut pos = start;
+    loop {
+        let rel = (pos - image_pos) as usize;
+        if rel >= image.len() {
+            return Ok((ReadStop::EndOfSegment, pos));
+        }
+        let header = decode_header(&image[rel..]).map_err(|e| StoreError::corrupt(file, pos, e))?;
+        if rel + header.len() > image.len() {
+            // The caller's image ends inside this batch: it must read further.
+            return Ok((ReadStop::EndOfSegment, pos));
+        }
+        if header.base_offset >= until {
+            return Ok((ReadStop::Bound, pos));
+        }
+        if header.last_offset() >= from {
+            let (_, records) = decode_batch(&image[rel..]).map_err(|e| StoreError::corrupt(file, pos, e))?;
+            out.extend(records.into_iter().filter(|r| r.offset >= from && r.offset < until));
+            *budget = budget.saturating_sub(header.len());
+        } else {
+            check_batch(&image[rel..]).map_err(|e| StoreError::corrupt(file, pos, e))?;
+        }
+        pos += header.len() as u64;
+        if header.last_offset() + 1 >= until {
+            return Ok((ReadStop::Bound, pos));
+        }
+        if *budget == 0 {
+            return Ok((ReadStop::Budget(header.last_offset() + 1), pos));
+        }
+    }
+}
+
+/// A sealed, immutable segment mapped read-only.
+#[derive(Debug)]
+pub struct SealedSegment {
+    path: PathBuf,
+    map: Mmap,
+    index: SegmentIndex,
+}
+
+impl SealedSegment {
+    /// Maps a sealed segment file whose validated index is `index`.
+    pub fn map(path: &Path, file: &File, index: SegmentIndex) -> StoreResult<Self> {
+        // SAFETY: the file is a sealed segment: Strata never writes, truncates or rewrites a sealed
+        // segment file in place. Compaction writes a new file and renames it over the old name, and
+        // retention unlinks it; both leave the mapped inode intact until this mapping is dropped.
+        // The store's LOCK file keeps other Strata processes out of the directory.
+        let map = unsafe { Mmap::map(file) }.at(path)?;
+        if map.len() as u64 != index.segment_len {
+            return Err(StoreError::Invalid(format!(
+                "{} is {} bytes but its index describes {}",
+                path.display(),
+                map.len(),
+                index.segment_len
+            )));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            map,
+            index,
+        })
+    }
+
+    /// The mapped bytes of the whole file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Path of the segment file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The segment's index and summary.
+    pub fn index(&self) -> &SegmentIndex {
+        &self.index
+    }
+
+    /// Reads records in `[from, until)`, spending at most about `budget` bytes of batches.
+    pub fn read(&self, range: (i64, i64), budget: &mut usize, out: &mut Vec<Record>) -> StoreResult<ReadStop> {
+        let start = self.index.lookup(range.0);
+        collect(&self.path, &self.map, 0, start, range, budget, out).map(|(stop, _)| stop)
+    }
+}
+
+/// Read side of the active segment, shared between the writer thread and readers.
+#[derive(Debug)]
+pub struct ActiveSegment {
+    path: PathBuf,
+    file: File,
+    base_offset: i64,
+    committed_len: AtomicU64,
+    index: RwLock<SegmentIndex>,
+}
+
+impl ActiveSegment {
+    /// Wraps a read handle on the active segment; `committed_len` bytes are readable.
+    pub fn new(path: PathBuf, file: File, index: SegmentIndex) -> Self {
+        Self {
+            path,
+            file,
+            base_offset: index.base_offset,
+            committed_len: AtomicU64::new(index.segment_len),
+            index: RwLock::new(index),
+        }
+    }
+
+    /// Path of the segment file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Base offset of the segment.
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+
+    /// Bytes readers may read.
+    pub fn committed_len(&self) -> u64 {
+        self.committed_len.load(Ordering::Acquire)
+    }
+
+    /// Makes `len` bytes readable (called by the writer after the bytes are durable or acknowledged).
+    pub fn publish(&self, len: u64) {
+        self.committed_len.fetch_max(len, Ordering::AcqRel);
+    }
+
+    /// A copy of the index (summary and entries) as the writer last updated it.
+    pub fn index(&self) -> SegmentIndex {
+        self.index.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Applies `f` to the shared index (writer only).
+    pub fn update_index<R>(&self, f: impl FnOnce(&mut SegmentIndex) -> R) -> R {
+        f(&mut self.index.write().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Reads records in `[from, until)`, spending at most about `budget` bytes of batches.
+    pub fn read(&self, range: (i64, i64), budget: &mut usize, out: &mut Vec<Record>) -> StoreResult<ReadStop> {
+        let end = self.committed_len();
+        let mut pos = self
+            .index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .lookup(range.0);
+        let chunk = (*budget).clamp(64 << 10, 8 << 20);
+        while pos < end {
+            let mut want = (end - pos).min(chunk as u64) as usize;
+            let mut image = vec![0u8; want];
+            self.file.read_exact_at(&mut image, pos).at(&self.path)?;
+            if image.len() >= BATCH_HEADER_LEN {
+                // A batch larger than the chunk: read exactly that batch.
+                let header = decode_header(&image).map_err(|e| StoreError::corrupt(&self.path, pos, e))?;
+                if header.len() > want && pos + header.len() as u64 <= end {
+                    want = header.len();
+                    image.resize(want, 0);
+                    self.file.read_exact_at(&mut image, pos).at(&self.path)?;
+                }
+            }
+            let (stop, next) = collect(&self.path, &image, pos, pos, range, budget, out)?;
+            match stop {
+                ReadStop::EndOfSegment if next > pos => pos = next,
+                ReadStop::EndOfSegment => {
+                    let err = crate::segment::DecodeError::Truncated { needed: BATCH_HEADER_LEN, available: (end - pos) as usize };
+                    return Err(StoreError::corrupt(&self.path, pos, err));
+                }
+                other => return Ok(other),
+            }
+        }
+        Ok(ReadStop::EndOfSegment)
+    }
+}

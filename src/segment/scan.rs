@@ -1,0 +1,130 @@
+//! Walking the batches of a segment image, validating each one: the basis of recovery, index
+//! rebuilds and `strata verify`.
+
+use super::codec::{check_batch, BatchHeader};
+use super::error::DecodeError;
+use super::index::{IndexEntry, SegmentIndex};
+
+/// How a scan of a segment image ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanEnd {
+    /// Every byte belongs to a valid batch.
+    Clean,
+    /// The batch at `position` is invalid and no valid batch follows it: a torn tail.
+    TornTail {
+        /// Byte position of the first invalid byte.
+        position: u64,
+        /// Why the batch there is invalid.
+        error: DecodeError,
+    },
+    /// The batch at `position` is invalid but a valid batch follows it: corruption inside the file.
+    Corrupt {
+        /// Byte position of the invalid batch.
+        position: u64,
+        /// Why the batch there is invalid.
+        error: DecodeError,
+    },
+}
+
+/// The result of scanning a segment image.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    /// Index rebuilt over the valid prefix (its `segment_len` is the valid length).
+    pub index: SegmentIndex,
+    /// Number of valid batches seen from the scan start.
+    pub batches: u64,
+    /// Number of records in those batches.
+    pub records: u64,
+    /// How the scan ended.
+    pub end: ScanEnd,
+}
+
+/// Checks one batch at `position` and that it continues the offsets already in `index`.
+fn batch_at(image: &[u8], position: usize, index: &SegmentIndex) -> Result<BatchHeader, DecodeError> {
+    let header = check_batch(&image[position..])?;
+    if header.base_offset <= index.last_offset {
+        return Err(DecodeError::invalid(
+            "base_offset",
+            "does not follow the previous batch",
+        ));
+    }
+    if header.last_offset() - index.base_offset > i64::from(u32::MAX) {
+        return Err(DecodeError::invalid("base_offset", "beyond the segment's 2^32 offsets"));
+    }
+    Ok(header)
+}
+
+/// Scans `image` (a whole segment file) from byte `start`, trusting `index` for what lies before.
+///
+/// Adds an index entry whenever at least `interval` bytes passed since the last one.
+pub fn scan_segment(image: &[u8], mut index: SegmentIndex, start: u64, interval: u64) -> Scan {
+    let mut position = start as usize;
+    let mut batches = 0;
+    let mut records = 0;
+    let end = loop {
+        if position >= image.len() {
+            break ScanEnd::Clean;
+        }
+        match batch_at(image, position, &index) {
+            Ok(header) => {
+                note_batch(&mut index, position as u64, &header, interval);
+                batches += 1;
+                records += u64::from(header.record_count);
+                position += header.len();
+            }
+            Err(error) => {
+                let position64 = position as u64;
+                break if valid_batch_after(image, position, &index) {
+                    ScanEnd::Corrupt {
+                        position: position64,
+                        error,
+                    }
+                } else {
+                    ScanEnd::TornTail {
+                        position: position64,
+                        error,
+                    }
+                };
+            }
+        }
+    };
+    index.segment_len = position as u64;
+    Scan {
+        index,
+        batches,
+        records,
+        end,
+    }
+}
+
+/// Records a valid batch at `position` in the index and its summary.
+pub fn note_batch(index: &mut SegmentIndex, position: u64, header: &BatchHeader, interval: u64) {
+    let since_last = position.saturating_sub(index.last_position());
+    if index.entries.is_empty() || since_last >= interval {
+        let relative = (header.base_offset - index.base_offset) as u32;
+        index.push(IndexEntry {
+            relative_offset: relative,
+            position: position as u32,
+        });
+    }
+    index.last_offset = header.last_offset();
+    index.max_timestamp = index.max_timestamp.max(header.max_timestamp);
+    index.segment_len = position + header.batch_len as u64;
+}
+
+/// True when some byte position after `position` starts a valid batch continuing `index`.
+fn valid_batch_after(image: &[u8], position: usize, index: &SegmentIndex) -> bool {
+    (position + 1..image.len()).any(|p| image[p..].len() >= 10 && image[p + 8..p + 10] == super::codec::BATCH_MAGIC && batch_at(image, p, index).is_ok())
+}
+
+/// Checks every index entry against the segment image: each must point at a batch header with
+/// the entry's offset. Returns false at the first entry that does not.
+pub fn index_matches(image: &[u8], index: &SegmentIndex) -> bool {
+    index.segment_len == image.len() as u64
+        && index.entries.iter().all(|e| {
+            let p = e.position as usize;
+            p < image.len()
+                && super::codec::decode_header(&image[p..])
+                    .is_ok_and(|h| h.base_offset == index.base_offset + i64::from(e.relative_offset))
+        })
+}

@@ -1,0 +1,186 @@
+//! The MANIFEST file (format/MANIFEST.md): the store's format version and its logs with their
+//! partition counts. CRC-checked; replaced atomically by writing a temporary file and renaming it.
+
+use std::path::Path;
+
+use crate::error::{IoContext, StoreError, StoreResult};
+use crate::segment::writer::{sync_dir, write_file};
+use crate::segment::DecodeError;
+
+/// Magic bytes at the start of the MANIFEST.
+pub const MANIFEST_MAGIC: [u8; 8] = *b"STRATAMF";
+/// Manifest format version written by this build.
+pub const MANIFEST_FORMAT_VERSION: u32 = 1;
+/// Length of the fixed manifest header.
+pub const MANIFEST_HEADER_LEN: usize = 20;
+/// Largest manifest body accepted.
+pub const MAX_MANIFEST_BODY: usize = 16 << 20;
+/// Longest log name.
+pub const MAX_LOG_NAME: usize = 255;
+
+/// One log the store holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Log name (also its directory name under `logs/`).
+    pub name: String,
+    /// Fixed number of partitions.
+    pub partitions: u32,
+}
+
+/// The decoded MANIFEST.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Manifest {
+    /// Logs in creation order.
+    pub logs: Vec<LogEntry>,
+}
+
+/// Checks a log name: 1 to 255 bytes of `[A-Za-z0-9._-]`, not `.` or `..`.
+pub fn validate_log_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_LOG_NAME
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("log name {name:?} must be 1-255 bytes of [A-Za-z0-9._-], not . or .."))
+    }
+}
+
+impl Manifest {
+    /// The entry of log `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&LogEntry> {
+        self.logs.iter().find(|l| l.name == name)
+    }
+
+    /// Encodes the manifest file.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&(self.logs.len() as u32).to_le_bytes());
+        for log in &self.logs {
+            body.extend_from_slice(&(log.name.len() as u16).to_le_bytes());
+            body.extend_from_slice(log.name.as_bytes());
+            body.extend_from_slice(&log.partitions.to_le_bytes());
+        }
+        let mut out = Vec::with_capacity(MANIFEST_HEADER_LEN + body.len());
+        out.extend_from_slice(&MANIFEST_MAGIC);
+        out.extend_from_slice(&MANIFEST_FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Decodes a manifest file; never panics on any input.
+    pub fn decode(buf: &[u8]) -> Result<Self, DecodeError> {
+        if buf.len() < MANIFEST_HEADER_LEN {
+            return Err(DecodeError::Truncated {
+                needed: MANIFEST_HEADER_LEN,
+                available: buf.len(),
+            });
+        }
+        if buf[0..8] != MANIFEST_MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        let u32_at = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let version = u32_at(buf, 8);
+        if version != MANIFEST_FORMAT_VERSION {
+            return Err(DecodeError::UnsupportedVersion(version));
+        }
+        let body_len = u32_at(buf, 12) as usize;
+        if body_len > MAX_MANIFEST_BODY || buf.len() != MANIFEST_HEADER_LEN + body_len {
+            return Err(DecodeError::invalid("body_len", "differs from the file length"));
+        }
+        let body = &buf[MANIFEST_HEADER_LEN..];
+        let stored = u32_at(buf, 16);
+        let computed = crc32fast::hash(body);
+        if stored != computed {
+            return Err(DecodeError::CrcMismatch { stored, computed });
+        }
+        let truncated = DecodeError::invalid("body", "runs past its length");
+        if body.len() < 4 {
+            return Err(truncated);
+        }
+        let count = u32_at(body, 0) as usize;
+        let mut pos = 4;
+        let mut logs = Vec::new();
+        for _ in 0..count {
+            if body.len() < pos + 2 {
+                return Err(truncated);
+            }
+            let name_len = u16::from_le_bytes([body[pos], body[pos + 1]]) as usize;
+            pos += 2;
+            if body.len() < pos + name_len + 4 {
+                return Err(truncated);
+            }
+            let name = std::str::from_utf8(&body[pos..pos + name_len])
+                .map_err(|_| DecodeError::invalid("log name", "not UTF-8"))?
+                .to_string();
+            validate_log_name(&name).map_err(|_| DecodeError::invalid("log name", "not a valid name"))?;
+            pos += name_len;
+            let partitions = u32_at(body, pos);
+            pos += 4;
+            if partitions == 0 || partitions > i32::MAX as u32 {
+                return Err(DecodeError::invalid("partitions", "out of range"));
+            }
+            if logs.iter().any(|l: &LogEntry| l.name == name) {
+                return Err(DecodeError::invalid("log name", "appears twice"));
+            }
+            logs.push(LogEntry { name, partitions });
+        }
+        if pos != body.len() {
+            return Err(DecodeError::invalid("body", "trailing bytes"));
+        }
+        Ok(Manifest { logs })
+    }
+
+    /// Reads the MANIFEST in `root`; a missing file is an empty manifest.
+    pub fn load(root: &Path) -> StoreResult<Self> {
+        let path = root.join("MANIFEST");
+        match std::fs::read(&path) {
+            Ok(bytes) => Manifest::decode(&bytes).map_err(|e| StoreError::corrupt(&path, 0, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
+            Err(e) => Err(e).at(&path),
+        }
+    }
+
+    /// Replaces the MANIFEST in `root` atomically and durably.
+    pub fn store(&self, root: &Path) -> StoreResult<()> {
+        let tmp = root.join("MANIFEST.tmp");
+        let path = root.join("MANIFEST");
+        write_file(&tmp, &self.encode(), true)?;
+        std::fs::rename(&tmp, &path).at(&path)?;
+        sync_dir(root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_damage() {
+        let m = Manifest {
+            logs: vec![
+                LogEntry { name: "events".into(), partitions: 8 },
+                LogEntry { name: "__coordination".into(), partitions: 1 },
+            ],
+        };
+        let bytes = m.encode();
+        assert_eq!(Manifest::decode(&bytes), Ok(m));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(Manifest::decode(&bad).is_err(), "flip at {i}");
+        }
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_log_name("a-b_c.d").is_ok());
+        for bad in ["", ".", "..", "a/b", "é"] {
+            assert!(validate_log_name(bad).is_err(), "{bad}");
+        }
+    }
+}

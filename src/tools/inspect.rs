@@ -1,0 +1,134 @@
+//! `strata inspect` and `strata dump`: human-readable views of a store and of one segment file.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::verify::segment_files;
+use crate::error::{IoContext, StoreError, StoreResult};
+use crate::segment::{
+    decode_batch, decode_segment_header, index_file_name, scan_segment, SegmentIndex, SEGMENT_HEADER_LEN,
+};
+use crate::store::manifest::Manifest;
+
+/// Summary of one segment file as found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentSummary {
+    /// Base offset from the file name.
+    pub base_offset: i64,
+    /// File length.
+    pub bytes: u64,
+    /// Offset of the last valid record (`base - 1` when none).
+    pub last_offset: i64,
+    /// Whether a valid index file describes it.
+    pub indexed: bool,
+}
+
+/// Summarizes a segment from its index when it matches, else by scanning it.
+pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> {
+    let image = std::fs::read(path).at(path)?;
+    let index = path
+        .parent()
+        .and_then(|d| std::fs::read(d.join(index_file_name(base))).ok())
+        .and_then(|b| SegmentIndex::decode(&b).ok())
+        .filter(|i| crate::segment::scan::index_matches(&image, i));
+    let indexed = index.is_some();
+    let index = match index {
+        Some(i) => i,
+        None => scan_segment(&image, SegmentIndex::empty(base), SEGMENT_HEADER_LEN as u64, 4096).index,
+    };
+    Ok(SegmentSummary {
+        base_offset: base,
+        bytes: image.len() as u64,
+        last_offset: index.last_offset,
+        indexed,
+    })
+}
+
+/// Writes a summary of the store at `root` (logs, partitions, segments, offsets) to `out`.
+/// Read-only and lock-free, so it may look at a store another process has open.
+pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
+    let manifest = Manifest::load(root)?;
+    let w = |e: std::io::Error| StoreError::io(root, e);
+    writeln!(out, "store {} (manifest format v1), {} log(s)", root.display(), manifest.logs.len()).map_err(w)?;
+    for log in &manifest.logs {
+        writeln!(out, "log {:?}: {} partition(s)", log.name, log.partitions).map_err(w)?;
+        for partition in 0..log.partitions {
+            let dir = root.join("logs").join(&log.name).join(partition.to_string());
+            if !dir.exists() {
+                writeln!(out, "  partition {partition}: not created yet").map_err(w)?;
+                continue;
+            }
+            let segments = segment_files(&dir)?;
+            let mut summaries = Vec::with_capacity(segments.len());
+            for (base, path) in &segments {
+                summaries.push(summarize_segment(path, *base)?);
+            }
+            let low = summaries.first().map_or(0, |s| s.base_offset);
+            let high = summaries.last().map_or(0, |s| (s.last_offset + 1).max(s.base_offset));
+            let bytes: u64 = summaries.iter().map(|s| s.bytes).sum();
+            writeln!(
+                out,
+                "  partition {partition}: offsets [{low}, {high}), {} segment(s), {bytes} bytes",
+                summaries.len()
+            )
+            .map_err(w)?;
+            for s in &summaries {
+                writeln!(
+                    out,
+                    "    {:020}.seg  {:>10} bytes  last offset {}{}",
+                    s.base_offset,
+                    s.bytes,
+                    s.last_offset,
+                    if s.indexed { "" } else { "  (no valid index)" }
+                )
+                .map_err(w)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn preview(bytes: &[u8]) -> String {
+    const MAX: usize = 48;
+    let shown = &bytes[..bytes.len().min(MAX)];
+    let text = match std::str::from_utf8(shown) {
+        Ok(s) if s.chars().all(|c| !c.is_control()) => format!("{s:?}"),
+        _ => shown.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+    };
+    if bytes.len() > MAX {
+        format!("{text}... ({} bytes)", bytes.len())
+    } else {
+        text
+    }
+}
+
+/// Writes every batch and record of the segment file at `path` to `out`; stops with an error
+/// naming the byte offset at the first invalid batch.
+pub fn dump_segment(path: &Path, out: &mut dyn Write) -> StoreResult<()> {
+    let image = std::fs::read(path).at(path)?;
+    let w = |e: std::io::Error| StoreError::io(path, e);
+    let base = decode_segment_header(&image).map_err(|e| StoreError::corrupt(path, 0, e))?;
+    writeln!(out, "segment {} (format v1), base offset {base}, {} bytes", path.display(), image.len()).map_err(w)?;
+    let mut pos = SEGMENT_HEADER_LEN;
+    while pos < image.len() {
+        let (h, records) = decode_batch(&image[pos..]).map_err(|e| StoreError::corrupt(path, pos as u64, e))?;
+        writeln!(
+            out,
+            "batch at byte {pos}: offsets {}..={}, {} record(s), {} bytes, {}, crc {:#010x}",
+            h.base_offset,
+            h.last_offset(),
+            h.record_count,
+            h.batch_len,
+            if h.compression == 1 { "zstd" } else { "uncompressed" },
+            h.crc
+        )
+        .map_err(w)?;
+        for r in records {
+            let key = r.key.as_deref().map_or("-".to_string(), preview);
+            let value = r.value.as_deref().map_or("<tombstone>".to_string(), preview);
+            writeln!(out, "  offset {} ts {} key {key} value {value}", r.offset, r.timestamp).map_err(w)?;
+        }
+        pos += h.len();
+    }
+    Ok(())
+}

@@ -1,0 +1,447 @@
+//! Conformance of `DiskEventLog` to every `MetadataEventLog` guarantee in shared/SEAMS.md.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use strata::event_log::{
+    DiskEventLog, KeyedEvent, MetadataEventLog, MetadataEventRecord, MetadataEventStream, MetadataLogError,
+    PartitionStart,
+};
+use strata::log::{CompactionPolicy, RetentionPolicy};
+use strata::{LogOptions, Store};
+
+fn open(dir: &std::path::Path, partitions: u32, options: LogOptions) -> (Store, DiskEventLog) {
+    let store = Store::open(dir).unwrap();
+    let log = store.open_log("meta", partitions, options).unwrap();
+    (store, DiskEventLog::new(log))
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn start(partition: i32, start_offset: i64) -> PartitionStart {
+    PartitionStart { partition, start_offset }
+}
+
+async fn take(stream: &mut MetadataEventStream, n: usize) -> Vec<MetadataEventRecord> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let next = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("the stream delivered in time")
+            .expect("the stream is open");
+        out.push(next);
+    }
+    out
+}
+
+async fn assert_silent(stream: &mut MetadataEventStream) {
+    assert!(tokio::time::timeout(Duration::from_millis(150), stream.next()).await.is_err());
+}
+
+fn payloads(records: &[MetadataEventRecord]) -> Vec<(i32, i64, Bytes)> {
+    records.iter().map(|r| (r.partition, r.offset, r.payload.clone())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_assigns_monotonic_offsets_per_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 3, LogOptions::default());
+    assert_eq!(log.partition_count(), 3);
+    assert_eq!(log.high_water_marks().await.unwrap(), vec![0, 0, 0]);
+    for i in 0..5 {
+        assert_eq!(log.publish(1, b(&format!("a{i}"))).await.unwrap(), i);
+    }
+    assert_eq!(log.publish(0, b("x")).await.unwrap(), 0);
+    assert_eq!(log.high_water_marks().await.unwrap(), vec![1, 5, 0]);
+    assert_eq!(log.low_water_marks().await.unwrap(), vec![0, 0, 0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_replays_history_then_forwards_new_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 2, LogOptions::default());
+    for i in 0..3 {
+        log.publish(0, b(&format!("h{i}"))).await.unwrap();
+    }
+    let (mut stream, _handle) = log.subscribe(vec![start(0, 1)]);
+    let history = take(&mut stream, 2).await;
+    assert_eq!(payloads(&history), vec![(0, 1, b("h1")), (0, 2, b("h2"))]);
+    let offset = log.publish(0, b("live")).await.unwrap();
+    let live = take(&mut stream, 1).await;
+    assert_eq!(payloads(&live), vec![(0, offset, b("live"))]);
+    assert_eq!(live[0].key, None);
+    assert!(!live[0].tombstone);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriber_sees_only_assigned_partitions_from_their_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 3, LogOptions::default());
+    for p in 0..3 {
+        for i in 0..3 {
+            log.publish(p, b(&format!("{p}-{i}"))).await.unwrap();
+        }
+    }
+    let (mut stream, handle) = log.subscribe(vec![start(0, 2), start(2, 0), start(7, 0)]);
+    let mut got = take(&mut stream, 4).await;
+    got.sort_by_key(|r| (r.partition, r.offset));
+    assert_eq!(
+        payloads(&got),
+        vec![(0, 2, b("0-2")), (2, 0, b("2-0")), (2, 1, b("2-1")), (2, 2, b("2-2"))]
+    );
+    // Partitions out of range are skipped silently, as in the in-process reference.
+    assert_eq!(handle.assigned(), vec![0, 2]);
+    log.publish(1, b("unassigned")).await.unwrap();
+    assert_silent(&mut stream).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_subscribers_see_the_same_history_and_live_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 1, LogOptions::default());
+    log.publish(0, b("one")).await.unwrap();
+    let (mut a, _ha) = log.subscribe(vec![start(0, 0)]);
+    let (mut b2, _hb) = log.subscribe(vec![start(0, 0)]);
+    log.publish(0, b("two")).await.unwrap();
+    let ra = take(&mut a, 2).await;
+    let rb = take(&mut b2, 2).await;
+    assert_eq!(ra, rb);
+    assert_eq!(payloads(&ra), vec![(0, 0, b("one")), (0, 1, b("two"))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_mid_stream_delivers_backlog_then_live_and_remove_stops_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 2, LogOptions::default());
+    for i in 0..3 {
+        log.publish(1, b(&format!("b{i}"))).await.unwrap();
+    }
+    let (mut stream, handle) = log.subscribe(vec![start(0, 0)]);
+    log.publish(0, b("zero")).await.unwrap();
+    assert_eq!(payloads(&take(&mut stream, 1).await), vec![(0, 0, b("zero"))]);
+
+    handle.add(start(1, 1));
+    handle.add(start(1, 0)); // already assigned: no-op, no replay from 0
+    let backlog = take(&mut stream, 2).await;
+    assert_eq!(payloads(&backlog), vec![(1, 1, b("b1")), (1, 2, b("b2"))]);
+    log.publish(1, b("b3")).await.unwrap();
+    assert_eq!(payloads(&take(&mut stream, 1).await), vec![(1, 3, b("b3"))]);
+
+    handle.remove(1);
+    handle.remove(1);
+    assert_eq!(handle.assigned(), vec![0]);
+    log.publish(1, b("b4")).await.unwrap();
+    assert_silent(&mut stream).await;
+    log.publish(0, b("still")).await.unwrap();
+    assert_eq!(payloads(&take(&mut stream, 1).await), vec![(0, 1, b("still"))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_handle_keeps_the_stream_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 1, LogOptions::default());
+    let (mut stream, handle) = log.subscribe(vec![start(0, 0)]);
+    drop(handle);
+    log.publish(0, b("after")).await.unwrap();
+    assert_eq!(payloads(&take(&mut stream, 1).await), vec![(0, 0, b("after"))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_offsets_are_clamped_to_the_retained_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 1, LogOptions::default());
+    log.publish(0, b("a")).await.unwrap();
+    let (mut from_negative, _h1) = log.subscribe(vec![start(0, -5)]);
+    assert_eq!(payloads(&take(&mut from_negative, 1).await), vec![(0, 0, b("a"))]);
+    let (mut past_end, _h2) = log.subscribe(vec![start(0, 99)]);
+    assert_silent(&mut past_end).await;
+    log.publish(0, b("new")).await.unwrap();
+    assert_eq!(payloads(&take(&mut past_end, 1).await), vec![(0, 1, b("new"))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishers_keep_per_partition_order_and_offsets_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 2, LogOptions::default());
+    let log = Arc::new(log);
+    let (mut stream, _h) = log.subscribe(vec![start(0, 0), start(1, 0)]);
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acks = Vec::new();
+            for i in 0..25 {
+                let partition = w % 2;
+                let payload = b(&format!("w{w}-{i}"));
+                let offset = log.publish(partition, payload.clone()).await.unwrap();
+                acks.push((partition, offset, payload));
+            }
+            acks
+        }));
+    }
+    let mut acked = Vec::new();
+    for t in tasks {
+        acked.extend(t.await.unwrap());
+    }
+    let seen = take(&mut stream, 200).await;
+    for p in 0..2 {
+        let offsets: Vec<i64> = seen.iter().filter(|r| r.partition == p).map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..100).collect::<Vec<_>>(), "partition {p} delivered in order");
+    }
+    let mut seen = payloads(&seen);
+    seen.sort();
+    acked.sort();
+    assert_eq!(seen, acked, "each subscriber sees the offset publish returned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_range_partitions_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 2, LogOptions::default());
+    let expected = |partition| MetadataLogError::PartitionOutOfRange { partition, count: 2 };
+    assert_eq!(log.publish(2, b("x")).await, Err(expected(2)));
+    assert_eq!(log.publish(-1, b("x")).await, Err(expected(-1)));
+    assert_eq!(log.publish_keyed(5, b("k"), None).await, Err(expected(5)));
+    let mut visit = |_r| Ok(());
+    assert_eq!(log.visit_range(9, 0, 0, &mut visit).await, Err(expected(9)));
+    assert_eq!(log.high_water_marks().await.unwrap(), vec![0, 0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_tombstones_keep_the_key_and_an_empty_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 1, LogOptions::default());
+    assert_eq!(log.publish_keyed(0, b("k"), Some(b("v"))).await.unwrap(), 0);
+    assert_eq!(log.publish_keyed(0, b("k"), None).await.unwrap(), 1);
+    let (mut stream, _h) = log.subscribe(vec![start(0, 0)]);
+    let got = take(&mut stream, 2).await;
+    assert_eq!(got[0].key, Some(b("k")));
+    assert_eq!(got[0].payload, b("v"));
+    assert!(!got[0].tombstone);
+    assert_eq!(got[1].key, Some(b("k")));
+    assert_eq!(got[1].payload, Bytes::new());
+    assert!(got[1].tombstone);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_group_is_one_durability_round_trip_in_the_order_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 3, LogOptions::default());
+    log.publish(1, b("first")).await.unwrap();
+    let events: Vec<KeyedEvent> = (0..30)
+        .map(|i| KeyedEvent {
+            partition: i % 3,
+            key: b(&format!("k{i}")),
+            event: if i % 5 == 0 { None } else { Some(b(&format!("v{i}"))) },
+        })
+        .collect();
+    let syncs_before = log.log().sync_rounds();
+    let offsets = log.publish_keyed_group(events.clone()).await.unwrap();
+    assert_eq!(log.log().sync_rounds() - syncs_before, 1, "the whole group shared one sync round");
+    let expected: Vec<i64> = (0..30).map(|i| i / 3 + i64::from(i % 3 == 1)).collect();
+    assert_eq!(offsets, expected);
+    let mut seen = Vec::new();
+    let mut visit = |r: MetadataEventRecord| {
+        seen.push((r.key.clone().unwrap(), r.tombstone, r.payload.clone()));
+        Ok(())
+    };
+    log.visit_range(1, 1, 11, &mut visit).await.unwrap();
+    let want: Vec<_> = events
+        .iter()
+        .filter(|e| e.partition == 1)
+        .map(|e| (e.key.clone(), e.event.is_none(), e.event.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(seen, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_with_a_bad_partition_appends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 2, LogOptions::default());
+    let events = vec![
+        KeyedEvent { partition: 0, key: b("a"), event: Some(b("1")) },
+        KeyedEvent { partition: 4, key: b("b"), event: Some(b("2")) },
+    ];
+    assert_eq!(
+        log.publish_keyed_group(events).await,
+        Err(MetadataLogError::PartitionOutOfRange { partition: 4, count: 2 })
+    );
+    assert_eq!(log.high_water_marks().await.unwrap(), vec![0, 0]);
+    assert_eq!(log.publish_keyed_group(Vec::new()).await, Ok(Vec::new()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn visit_range_reads_exactly_the_range_and_stops_on_visitor_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 1, LogOptions::default());
+    for i in 0..20 {
+        log.publish(0, b(&format!("r{i}"))).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut visit = |r: MetadataEventRecord| {
+        seen.push(r.offset);
+        Ok(())
+    };
+    log.visit_range(0, 5, 9, &mut visit).await.unwrap();
+    assert_eq!(seen, vec![5, 6, 7, 8]);
+
+    let mut calls = 0;
+    let mut empty = |_r| {
+        calls += 1;
+        Ok(())
+    };
+    log.visit_range(0, 7, 7, &mut empty).await.unwrap();
+    log.visit_range(0, 9, 3, &mut empty).await.unwrap();
+    assert_eq!(calls, 0);
+
+    let mut count = 0;
+    let mut failing = |r: MetadataEventRecord| {
+        count += 1;
+        if r.offset == 3 {
+            Err(MetadataLogError::Other("stop here".into()))
+        } else {
+            Ok(())
+        }
+    };
+    assert_eq!(
+        log.visit_range(0, 0, 20, &mut failing).await,
+        Err(MetadataLogError::Other("stop here".into()))
+    );
+    assert_eq!(count, 4, "no record is visited after the visitor's error");
+
+    let mut noop = |_r| Ok(());
+    let past = log.visit_range(0, 0, 21, &mut noop).await;
+    assert!(matches!(past, Err(MetadataLogError::Other(m)) if m.contains("ends at 20")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        segment_bytes: 64 << 10,
+        compaction: CompactionPolicy { delete_retention: Duration::ZERO, ..CompactionPolicy::default() },
+        ..LogOptions::default()
+    };
+    let (_s, log) = open(dir.path(), 1, options);
+    let big = Bytes::from(vec![7u8; 20_000]);
+    // 300 records of 20 kB: about 6 MB, several pages of 1 MiB and ~90 segments.
+    let events: Vec<KeyedEvent> = (0..300)
+        .map(|i| KeyedEvent { partition: 0, key: b(&format!("k{}", i % 10)), event: Some(big.clone()) })
+        .collect();
+    log.publish_keyed_group(events).await.unwrap();
+    let mut all = 0;
+    let mut visit = |_r| {
+        all += 1;
+        Ok(())
+    };
+    log.visit_range(0, 0, 300, &mut visit).await.unwrap();
+    assert_eq!(all, 300);
+
+    // Tombstone the last key: compaction then leaves only the latest record of keys k0..k8.
+    let tombstone = log.publish_keyed(0, b("k9"), None).await.unwrap();
+    assert_eq!(tombstone, 300);
+    let report = log.log().compact(strata::now_ms() + 1).await.unwrap();
+    assert_eq!(report.records_removed, 292);
+    let mut offsets = Vec::new();
+    let mut visit = |r: MetadataEventRecord| {
+        offsets.push(r.offset);
+        Ok(())
+    };
+    log.visit_range(0, 0, 301, &mut visit).await.unwrap();
+    assert_eq!(offsets, (290..299).collect::<Vec<_>>());
+    assert_eq!(log.high_water_marks().await.unwrap(), vec![301]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn low_water_marks_follow_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        segment_bytes: 4096,
+        retention: RetentionPolicy { max_bytes: Some(8192), max_age: None },
+        ..LogOptions::default()
+    };
+    let (_s, log) = open(dir.path(), 1, options);
+    for i in 0..100 {
+        log.publish(0, Bytes::from(format!("{i:0>200}"))).await.unwrap();
+    }
+    let report = log.log().apply_retention(strata::now_ms()).unwrap();
+    assert!(report.segments_deleted > 0);
+    let low = log.low_water_marks().await.unwrap()[0];
+    assert!(low > 0 && low < 100, "low water mark {low}");
+    // A subscriber from 0 starts at the low-water mark without waiting for deleted offsets.
+    let (mut stream, _h) = log.subscribe(vec![start(0, 0)]);
+    let first = take(&mut stream, 1).await;
+    assert_eq!(first[0].offset, low);
+    let mut visited = Vec::new();
+    let mut visit = |r: MetadataEventRecord| {
+        visited.push(r.offset);
+        Ok(())
+    };
+    log.visit_range(0, 0, 100, &mut visit).await.unwrap();
+    assert_eq!(visited, (low..100).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_log_refuses_everything_and_ends_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 1, LogOptions::default());
+    log.publish(0, b("a")).await.unwrap();
+    let (mut stream, _h) = log.subscribe(vec![start(0, 0)]);
+    take(&mut stream, 1).await;
+    log.close().await.unwrap();
+    assert_eq!(log.publish(0, b("b")).await, Err(MetadataLogError::Closed));
+    assert_eq!(log.publish_keyed(0, b("k"), None).await, Err(MetadataLogError::Closed));
+    assert_eq!(log.high_water_marks().await, Err(MetadataLogError::Closed));
+    assert_eq!(log.low_water_marks().await, Err(MetadataLogError::Closed));
+    let mut visit = |_r| Ok(());
+    assert_eq!(log.visit_range(0, 0, 1, &mut visit).await, Err(MetadataLogError::Closed));
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap();
+    assert_eq!(end, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut before = Vec::new();
+    {
+        let (_s, log) = open(dir.path(), 2, LogOptions::default());
+        log.publish(0, b("plain")).await.unwrap();
+        log.publish_keyed(0, b("k"), Some(b("v"))).await.unwrap();
+        log.publish_keyed(1, b("k"), None).await.unwrap();
+        let (mut stream, _h) = log.subscribe(vec![start(0, 0), start(1, 0)]);
+        before.extend(take(&mut stream, 3).await);
+        log.close().await.unwrap();
+    }
+    let (_s, log) = open(dir.path(), 2, LogOptions::default());
+    assert_eq!(log.high_water_marks().await.unwrap(), vec![2, 1]);
+    let (mut stream, _h) = log.subscribe(vec![start(0, 0), start(1, 0)]);
+    let mut after = take(&mut stream, 3).await;
+    after.sort_by_key(|r| (r.partition, r.offset));
+    before.sort_by_key(|r| (r.partition, r.offset));
+    assert_eq!(after, before);
+    assert_eq!(log.publish(0, b("next")).await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribing_before_reading_high_water_marks_covers_every_named_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 1, LogOptions::default());
+    let log = Arc::new(log);
+    let writer = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            for i in 0..50 {
+                log.publish(0, b(&format!("{i}"))).await.unwrap();
+            }
+        })
+    };
+    let (mut stream, _h) = log.subscribe(vec![start(0, 0)]);
+    let high = log.high_water_marks().await.unwrap()[0];
+    let got = take(&mut stream, high as usize).await;
+    assert_eq!(got.iter().map(|r| r.offset).collect::<Vec<_>>(), (0..high).collect::<Vec<_>>());
+    writer.await.unwrap();
+}
