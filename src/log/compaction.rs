@@ -1,13 +1,18 @@
 //! Keyed compaction (after Kafka's log cleaner).
 //!
 //! A pass seals the active segment, then builds a map from key to the offset of its latest
-//! record over the sealed segments, oldest first, until the map reaches its memory budget (the
-//! segments the map covers are the pass's range; the rest waits for the next pass). Each covered
-//! segment is rewritten keeping: every unkeyed record, and each keyed record that is the latest
-//! of its key in the map; a latest record that is a tombstone is kept until its timestamp is older
-//! than the delete-retention period, then dropped. Offsets never change: removed records leave
-//! gaps. A rewritten segment is written under a temporary name, synced, and renamed over the old
-//! file (atomic; readers that mapped the old file keep reading it); a segment left empty is deleted.
+//! record over the *dirty* sealed segments (those past the offset the previous pass reached),
+//! oldest first, until the map reaches its memory budget; the segments it read are the pass's
+//! covered range. Every segment from the start of the partition to the end of the covered range
+//! is then rewritten keeping: every unkeyed record; each keyed record whose key the map does not
+//! know or whose offset is the map's latest for that key; and of those latest records a tombstone
+//! only until its timestamp is older than the delete-retention period. Records whose key is
+//! superseded only beyond the covered range are kept until a later pass covers it. When nothing
+//! is dirty a pass starts over from the first segment.
+//!
+//! Offsets never change: removed records leave gaps. A rewritten segment is written under a
+//! temporary name, synced, and renamed over the old file (atomic; readers that mapped the old file
+//! keep reading it); a segment left empty is deleted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -114,10 +119,14 @@ impl Log {
         let segments = p.view().sealed;
         let policy = self.inner.options.compaction;
 
+        let dirty_start = segments
+            .iter()
+            .position(|s| s.index().last_offset >= *clean_end)
+            .unwrap_or(0);
         let mut latest: HashMap<Bytes, i64> = HashMap::new();
         let mut map_bytes = 0usize;
-        let mut covered = 0;
-        for segment in &segments {
+        let mut covered = dirty_start;
+        for segment in &segments[dirty_start..] {
             for_each_batch(segment, |records| {
                 for r in records {
                     if let Some(key) = r.key {
@@ -138,7 +147,10 @@ impl Log {
         let delete_before = now_ms.saturating_sub(policy.delete_retention.as_millis().min(i64::MAX as u128) as i64);
         let keep = |r: &Record| match &r.key {
             None => true,
-            Some(key) => latest.get(key) == Some(&r.offset) && !(r.value.is_none() && r.timestamp < delete_before),
+            Some(key) => match latest.get(key) {
+                Some(&newest) if newest != r.offset => false,
+                _ => !(r.value.is_none() && r.timestamp < delete_before),
+            },
         };
         let mut report = CompactionReport::default();
         let mut emptied = Vec::new();

@@ -53,8 +53,8 @@ pub(crate) struct LogInner {
     commits: watch::Sender<u64>,
     sync_rounds: Arc<AtomicU64>,
     recovery: Vec<PartitionRecovery>,
-    /// Keeps the store's directory lock alive as long as the log is open.
-    _lock: Arc<dyn Send + Sync>,
+    /// Keeps the store's directory lock alive until the log is closed.
+    lock: Mutex<Option<Arc<dyn Send + Sync>>>,
 }
 
 /// A durable, partitioned, append-only log. Cheap to clone; all clones share one writer.
@@ -119,7 +119,7 @@ impl Log {
             commits,
             sync_rounds,
             recovery,
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
         });
         let log = Log { inner };
         if let Some(period) = log.inner.options.maintenance_interval {
@@ -300,7 +300,8 @@ impl Log {
             .collect()
     }
 
-    /// Stops the writer after syncing; later calls get [`StoreError::Closed`]. Idempotent.
+    /// Stops the writer after syncing and releases this log's hold on the store lock; later
+    /// calls get [`StoreError::Closed`]. Idempotent.
     pub fn close_blocking(&self) -> StoreResult<()> {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.shutdown()
@@ -335,6 +336,7 @@ impl LogInner {
             let _ = handle.join();
         }
         self.commits.send_modify(|v| *v = v.wrapping_add(1));
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
         result
     }
 }

@@ -200,13 +200,25 @@ pub fn check_batch(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
 /// Decodes a whole batch at the start of `buf`: header, CRC, decompression and every record.
 pub fn decode_batch(buf: &[u8]) -> Result<(BatchHeader, Vec<Record>), DecodeError> {
     let header = check_batch(buf)?;
-    let stored = &buf[BATCH_HEADER_LEN..header.len()];
+    let records = decode_checked(buf, &header)?;
+    Ok((header, records))
+}
+
+/// Decodes the records of a batch that [`check_batch`] already accepted as `header`.
+pub fn decode_checked(buf: &[u8], header: &BatchHeader) -> Result<Vec<Record>, DecodeError> {
+    let end = header.len();
+    if buf.len() < end {
+        return Err(DecodeError::Truncated {
+            needed: end,
+            available: buf.len(),
+        });
+    }
+    let stored = &buf[BATCH_HEADER_LEN..end];
     let records = match header.compression {
         0 => Bytes::copy_from_slice(stored),
         _ => decompress(stored, header.records_len as usize)?,
     };
-    let records = decode_records(&header, records)?;
-    Ok((header, records))
+    decode_records(header, records)
 }
 
 fn decompress(stored: &[u8], expected: usize) -> Result<Bytes, DecodeError> {

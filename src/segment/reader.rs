@@ -9,7 +9,7 @@ use std::sync::RwLock;
 
 use memmap2::Mmap;
 
-use super::codec::{check_batch, decode_batch, decode_header, BATCH_HEADER_LEN};
+use super::codec::{check_batch, decode_checked, decode_header, BATCH_HEADER_LEN};
 use super::index::SegmentIndex;
 use super::record::Record;
 use crate::error::{IoContext, StoreError, StoreResult};
@@ -25,18 +25,27 @@ pub enum ReadStop {
     EndOfSegment,
 }
 
-/// Decodes batches of `image` (bytes starting at file position `image_pos`) from file position
-/// `start`, pushing records in `[from, until)` onto `out` until `budget` bytes of batches were read.
+/// Bytes of a segment file held in memory.
+struct Image<'a> {
+    file: &'a Path,
+    /// The bytes, starting at file position `pos`.
+    bytes: &'a [u8],
+    pos: u64,
+    /// End of the readable data in the file: a batch claiming to run past it is corrupt.
+    data_end: u64,
+}
+
+/// Decodes batches of `image` from file position `start`, pushing records in `[from, until)` onto
+/// `out` until `budget` bytes of batches were read. Returns where it stopped and the position reached.
 fn collect(
-    file: &Path,
-    image: &[u8],
-    image_pos: u64,
+    image: &Image<'_>,
     start: u64,
     range: (i64, i64),
     budget: &mut usize,
     out: &mut Vec<Record>,
 ) -> StoreResult<(ReadStop, u64)> {
     let (from, until) = range;
+    let (file, data_end, image_pos, image) = (image.file, image.data_end, image.pos, image.bytes);
     let mut pos = start;
     loop {
         let rel = (pos - image_pos) as usize;
@@ -44,19 +53,27 @@ fn collect(
             return Ok((ReadStop::EndOfSegment, pos));
         }
         let header = decode_header(&image[rel..]).map_err(|e| StoreError::corrupt(file, pos, e))?;
+        if pos + header.len() as u64 > data_end {
+            let err = crate::segment::DecodeError::Truncated {
+                needed: header.len(),
+                available: (data_end - pos) as usize,
+            };
+            return Err(StoreError::corrupt(file, pos, err));
+        }
         if rel + header.len() > image.len() {
             // The caller's image ends inside this batch: it must read further.
             return Ok((ReadStop::EndOfSegment, pos));
         }
+        // Nothing in the header is trusted before the CRC says the batch is intact.
+        let corrupt = |e| StoreError::corrupt(file, pos, e);
+        let header = check_batch(&image[rel..]).map_err(corrupt)?;
         if header.base_offset >= until {
             return Ok((ReadStop::Bound, pos));
         }
         if header.last_offset() >= from {
-            let (_, records) = decode_batch(&image[rel..]).map_err(|e| StoreError::corrupt(file, pos, e))?;
+            let records = decode_checked(&image[rel..], &header).map_err(corrupt)?;
             out.extend(records.into_iter().filter(|r| r.offset >= from && r.offset < until));
             *budget = budget.saturating_sub(header.len());
-        } else {
-            check_batch(&image[rel..]).map_err(|e| StoreError::corrupt(file, pos, e))?;
         }
         pos += header.len() as u64;
         if header.last_offset() + 1 >= until {
@@ -117,7 +134,13 @@ impl SealedSegment {
     /// Reads records in `[from, until)`, spending at most about `budget` bytes of batches.
     pub fn read(&self, range: (i64, i64), budget: &mut usize, out: &mut Vec<Record>) -> StoreResult<ReadStop> {
         let start = self.index.lookup(range.0);
-        collect(&self.path, &self.map, 0, start, range, budget, out).map(|(stop, _)| stop)
+        let image = Image {
+            file: &self.path,
+            bytes: &self.map,
+            pos: 0,
+            data_end: self.map.len() as u64,
+        };
+        collect(&image, start, range, budget, out).map(|(stop, _)| stop)
     }
 }
 
@@ -195,7 +218,13 @@ impl ActiveSegment {
                     self.file.read_exact_at(&mut image, pos).at(&self.path)?;
                 }
             }
-            let (stop, next) = collect(&self.path, &image, pos, pos, range, budget, out)?;
+            let view = Image {
+                file: &self.path,
+                bytes: &image,
+                pos,
+                data_end: end,
+            };
+            let (stop, next) = collect(&view, pos, range, budget, out)?;
             match stop {
                 ReadStop::EndOfSegment if next > pos => pos = next,
                 ReadStop::EndOfSegment => {

@@ -1,0 +1,352 @@
+//! The partition log under the seam: store lock and manifest, segment rolling, group commit,
+//! durability modes, compression, retention, keyed compaction and reopen.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata::log::{CompactionPolicy, RetentionPolicy};
+use strata::{Compression, Durability, Log, LogOptions, NewRecord, Record, Store, StoreError};
+
+fn value(s: &str) -> NewRecord {
+    NewRecord::value(1_000, Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn keyed(ts: i64, k: &str, v: Option<&str>) -> NewRecord {
+    NewRecord::keyed(ts, Bytes::copy_from_slice(k.as_bytes()), v.map(|v| Bytes::copy_from_slice(v.as_bytes())))
+}
+
+fn read_all(log: &Log, partition: u32) -> Vec<Record> {
+    let high = log.high_water_mark(partition).unwrap();
+    let mut next = 0;
+    let mut out = Vec::new();
+    while next < high {
+        let page = log.read(partition, next, 4096).unwrap();
+        assert!(page.next_offset > next, "reads make progress");
+        out.extend(page.records);
+        next = page.next_offset;
+    }
+    out
+}
+
+fn small_segments() -> LogOptions {
+    LogOptions {
+        segment_bytes: 4096,
+        index_interval_bytes: 512,
+        ..LogOptions::default()
+    }
+}
+
+#[test]
+fn a_second_opener_is_refused_until_the_first_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, LogOptions::default()).unwrap();
+    match Store::open(dir.path()) {
+        Err(StoreError::Locked { path }) => assert_eq!(path, dir.path().join("LOCK")),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    drop(store);
+    assert!(matches!(Store::open(dir.path()), Err(StoreError::Locked { .. })), "the open log holds the lock");
+    drop(log);
+    Store::open(dir.path()).unwrap();
+}
+
+#[test]
+fn logs_are_recorded_in_the_manifest_with_fixed_partition_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store.open_log("a", 3, LogOptions::default()).unwrap();
+        store.open_log("b", 1, LogOptions::default()).unwrap();
+        assert!(matches!(
+            store.open_log("a", 4, LogOptions::default()),
+            Err(StoreError::PartitionCountMismatch { existing: 3, requested: 4, .. })
+        ));
+        assert!(matches!(store.open_log("../x", 1, LogOptions::default()), Err(StoreError::Invalid(_))));
+        assert!(matches!(store.open_log("z", 0, LogOptions::default()), Err(StoreError::Invalid(_))));
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let names: Vec<(String, u32)> = store.logs().into_iter().map(|l| (l.name, l.partitions)).collect();
+    assert_eq!(names, vec![("a".to_string(), 3), ("b".to_string(), 1)]);
+    assert!(matches!(
+        store.open_log("b", 2, LogOptions::default()),
+        Err(StoreError::PartitionCountMismatch { existing: 1, requested: 2, .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_roll_and_reads_cross_them_before_and_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected: Vec<String> = (0..400).map(|i| format!("record-{i:04}-{}", "x".repeat(i % 50))).collect();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let log = store.open_log("l", 1, small_segments()).unwrap();
+        for chunk in expected.chunks(7) {
+            log.append(0, chunk.iter().map(|s| value(s)).collect()).await.unwrap();
+        }
+        assert!(log.stats()[0].segments > 5, "{:?}", log.stats());
+        let got: Vec<String> = read_all(&log, 0).iter().map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()).collect();
+        assert_eq!(got, expected);
+        // Reads starting in the middle of a batch and of a segment.
+        let page = log.read(0, 123, 1).unwrap();
+        assert_eq!(page.records[0].offset, 123);
+        log.close().await.unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, small_segments()).unwrap();
+    assert_eq!(log.high_water_mark(0).unwrap(), 400);
+    assert_eq!(log.recovery_report()[0].truncated_bytes, 0);
+    assert_eq!(log.recovery_report()[0].indexes_rebuilt, 0, "clean shutdown leaves valid indexes");
+    let got: Vec<i64> = read_all(&log, 0).iter().map(|r| r.offset).collect();
+    assert_eq!(got, (0..400).collect::<Vec<_>>());
+    assert_eq!(log.append(0, vec![value("more")]).await.unwrap(), (400, 400));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_or_damaged_indexes_are_rebuilt_from_the_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let part = dir.path().join("logs/l/0");
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let log = store.open_log("l", 1, small_segments()).unwrap();
+        for i in 0..200 {
+            log.append(0, vec![value(&format!("{i:0>100}"))]).await.unwrap();
+        }
+        log.close().await.unwrap();
+    }
+    let mut indexes: Vec<_> = std::fs::read_dir(&part)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "idx"))
+        .collect();
+    indexes.sort();
+    assert!(indexes.len() > 3);
+    std::fs::remove_file(&indexes[0]).unwrap();
+    std::fs::write(&indexes[1], [0u8; 64]).unwrap();
+    let mut bytes = std::fs::read(&indexes[2]).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&indexes[2], bytes).unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, small_segments()).unwrap();
+    assert_eq!(log.recovery_report()[0].indexes_rebuilt, 3);
+    assert_eq!(read_all(&log, 0).len(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sync_appends_share_fdatasyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 2, LogOptions::default()).unwrap();
+    let before = log.sync_rounds();
+    let mut tasks = Vec::new();
+    for w in 0..32u32 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10 {
+                log.append(w % 2, vec![value(&format!("{w}-{i}"))]).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let rounds = log.sync_rounds() - before;
+    assert!(rounds < 320, "320 appends took {rounds} sync rounds: group commit must share them");
+    assert_eq!(log.high_water_mark(0).unwrap() + log.high_water_mark(1).unwrap(), 320);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interval_durability_acknowledges_before_sync_and_syncs_on_demand() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions { durability: Durability::Interval(Duration::from_secs(3600)), ..LogOptions::default() };
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let log = store.open_log("l", 1, options.clone()).unwrap();
+        let rounds = log.sync_rounds();
+        for i in 0..50 {
+            log.append(0, vec![value(&i.to_string())]).await.unwrap();
+        }
+        assert_eq!(log.sync_rounds(), rounds, "no sync before the interval");
+        assert_eq!(log.high_water_mark(0).unwrap(), 50, "records are readable once acknowledged");
+        log.sync().await.unwrap();
+        assert_eq!(log.sync_rounds(), rounds + 1);
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, options).unwrap();
+    assert_eq!(log.high_water_mark(0).unwrap(), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zstd_batches_round_trip_and_shrink_repetitive_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let plain = store.open_log("plain", 1, LogOptions::default()).unwrap();
+    let zstd = store
+        .open_log("zstd", 1, LogOptions { compression: Compression::Zstd { level: 3 }, ..LogOptions::default() })
+        .unwrap();
+    let records: Vec<NewRecord> = (0..200).map(|i| value(&format!("{{\"id\":{i},\"pad\":\"{}\"}}", "a".repeat(200)))).collect();
+    plain.append(0, records.clone()).await.unwrap();
+    zstd.append(0, records.clone()).await.unwrap();
+    assert_eq!(read_all(&plain, 0), read_all(&zstd, 0));
+    assert!(zstd.stats()[0].bytes * 5 < plain.stats()[0].bytes, "{:?} vs {:?}", zstd.stats(), plain.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_appends_are_refused_without_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, LogOptions::default()).unwrap();
+    assert!(matches!(log.append(0, vec![]).await, Err(StoreError::Encode(_))));
+    let unkeyed_tombstone = NewRecord { timestamp: 0, key: None, value: None };
+    assert!(matches!(log.append(0, vec![unkeyed_tombstone]).await, Err(StoreError::Encode(_))));
+    assert!(matches!(log.append(3, vec![value("x")]).await, Err(StoreError::PartitionOutOfRange { partition: 3, count: 1 })));
+    let huge = NewRecord::value(0, Bytes::from(vec![0u8; strata::segment::MAX_BATCH_LEN]));
+    assert!(matches!(log.append(0, vec![huge]).await, Err(StoreError::Encode(_))));
+    assert_eq!(log.high_water_mark(0).unwrap(), 0);
+    assert_eq!(log.append(0, vec![value("ok")]).await.unwrap(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_by_size_and_age_deletes_whole_segments_and_advances_the_low_water_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let options = LogOptions {
+        retention: RetentionPolicy { max_bytes: None, max_age: Some(Duration::from_secs(60)) },
+        ..small_segments()
+    };
+    let log = store.open_log("l", 1, options).unwrap();
+    let now = 10_000_000;
+    for i in 0..100 {
+        // The first 50 records are two minutes old, the rest are fresh.
+        let ts = if i < 50 { now - 120_000 } else { now };
+        log.append(0, vec![NewRecord::value(ts, Bytes::from(format!("{i:0>150}")))]).await.unwrap();
+    }
+    let report = log.apply_retention(now).unwrap();
+    assert!(report.segments_deleted >= 1);
+    let low = log.low_water_mark(0).unwrap();
+    assert!(low > 0 && low <= 50, "only old segments go: low water mark {low}");
+    let records = read_all(&log, 0);
+    assert_eq!(records.first().unwrap().offset, low);
+    assert_eq!(records.len() as i64, 100 - low);
+    let files = std::fs::read_dir(dir.path().join("logs/l/0")).unwrap().count();
+    assert_eq!(files, 2 * log.stats()[0].segments - 1, "deleted segments leave no files (the active has no index yet)");
+    drop(log);
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, small_segments()).unwrap();
+    assert_eq!(log.low_water_mark(0).unwrap(), low, "the low-water mark survives reopen");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_by_size_keeps_the_partition_under_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let options = LogOptions { retention: RetentionPolicy { max_bytes: Some(10_000), max_age: None }, ..small_segments() };
+    let log = store.open_log("l", 1, options).unwrap();
+    for i in 0..200 {
+        log.append(0, vec![value(&format!("{i:0>150}"))]).await.unwrap();
+    }
+    log.apply_retention(strata::now_ms()).unwrap();
+    let bytes = log.stats()[0].bytes;
+    assert!(bytes <= 10_000, "{bytes}");
+    assert_eq!(log.high_water_mark(0).unwrap(), 200);
+    assert!(log.low_water_mark(0).unwrap() > 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_keeps_the_latest_value_per_key_with_offsets_and_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        compaction: CompactionPolicy { delete_retention: Duration::from_secs(60), ..CompactionPolicy::default() },
+        ..small_segments()
+    };
+    let now = 50_000_000;
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, options.clone()).unwrap();
+    for round in 0..20 {
+        for k in 0..10 {
+            log.append(0, vec![keyed(now - 1_000_000, &format!("k{k}"), Some(&format!("v{round}")))]).await.unwrap();
+        }
+    }
+    log.append(0, vec![value("unkeyed")]).await.unwrap(); // offset 200
+    log.append(0, vec![keyed(now - 1_000_000, "k0", None)]).await.unwrap(); // 201: old tombstone
+    log.append(0, vec![keyed(now, "k1", None)]).await.unwrap(); // 202: fresh tombstone
+    let report = log.compact_partition(0, now).unwrap();
+    let survivors: Vec<(i64, Option<Bytes>, Option<Bytes>)> =
+        read_all(&log, 0).into_iter().map(|r| (r.offset, r.key, r.value)).collect();
+    let b = |s: &str| Some(Bytes::copy_from_slice(s.as_bytes()));
+    let mut expected: Vec<(i64, Option<Bytes>, Option<Bytes>)> =
+        (2..10).map(|k| (190 + k, b(&format!("k{k}")), b("v19"))).collect();
+    expected.push((200, None, b("unkeyed")));
+    expected.push((202, b("k1"), None));
+    assert_eq!(survivors, expected);
+    assert_eq!(report.records_removed, 203 - 10);
+    assert!(report.bytes_after < report.bytes_before);
+    assert_eq!(log.high_water_mark(0).unwrap(), 203);
+    assert_eq!(log.append(0, vec![value("next")]).await.unwrap(), (203, 203), "offsets are never reused");
+
+    // A second pass after the tombstone aged out removes it; reopen keeps the result.
+    log.compact_partition(0, now + 120_000).unwrap();
+    let keys: Vec<i64> = read_all(&log, 0).iter().map(|r| r.offset).collect();
+    assert_eq!(keys, vec![192, 193, 194, 195, 196, 197, 198, 199, 200, 203]);
+    log.close().await.unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, options).unwrap();
+    let reopened: Vec<i64> = read_all(&log, 0).iter().map(|r| r.offset).collect();
+    assert_eq!(reopened, keys);
+    assert_eq!(log.high_water_mark(0).unwrap(), 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_key_map_compacts_a_prefix_per_pass_and_converges() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        compaction: CompactionPolicy { max_key_map_bytes: 1, ..CompactionPolicy::default() },
+        ..small_segments()
+    };
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, options).unwrap();
+    for round in 0..10 {
+        for k in 0..30 {
+            log.append(0, vec![keyed(0, &format!("key-{k}"), Some(&format!("{round:0>60}")))]).await.unwrap();
+        }
+    }
+    let segments = log.stats()[0].segments;
+    let first = log.compact_partition(0, 0).unwrap();
+    assert!(first.bytes_before <= 4096, "the first pass covers only the first segment: {first:?}");
+    for _ in 0..segments {
+        log.compact_partition(0, 0).unwrap();
+    }
+    // Once every segment was covered, only the latest record of each key is left.
+    let records = read_all(&log, 0);
+    assert_eq!(records.len(), 30, "passes over successive dirty segments converge");
+    let mut latest = std::collections::HashMap::new();
+    for r in &records {
+        latest.insert(r.key.clone().unwrap(), r.value.clone().unwrap());
+    }
+    assert_eq!(latest.len(), 30);
+    assert!(latest.values().all(|v| v.ends_with(b"9")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_maintenance_applies_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let options = LogOptions {
+        retention: RetentionPolicy { max_bytes: Some(5_000), max_age: None },
+        maintenance_interval: Some(Duration::from_millis(20)),
+        ..small_segments()
+    };
+    let log = store.open_log("l", 1, options).unwrap();
+    for i in 0..100 {
+        log.append(0, vec![value(&format!("{i:0>150}"))]).await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while log.low_water_mark(0).unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "maintenance never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    log.close().await.unwrap();
+}
