@@ -36,6 +36,7 @@
 #![deny(missing_docs)]
 
 pub mod error;
+pub mod fuzzing;
 pub mod event_log;
 pub mod log;
 pub mod segment;

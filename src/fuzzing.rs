@@ -1,0 +1,53 @@
+//! The properties the fuzz targets check, shared by `fuzz/` (libFuzzer) and the corpus test in
+//! `tests/fuzz_corpus.rs`: every decoder accepts any bytes without panicking, and what decodes
+//! round-trips. Each function panics only when a property is broken.
+
+use crate::segment::{
+    decode_batch, decode_segment_header, encode_batch, scan_segment, Compression, SegmentIndex, SEGMENT_HEADER_LEN,
+};
+use crate::store::manifest::Manifest;
+
+/// A decoded batch re-encodes (same compression kind) to records that decode identically.
+pub fn batch_round_trip(data: &[u8]) {
+    let Ok((header, records)) = decode_batch(data) else { return };
+    let compression = if header.compression == 1 {
+        Compression::Zstd { level: 1 }
+    } else {
+        Compression::None
+    };
+    let mut again = Vec::new();
+    let Ok(_) = encode_batch(&records, compression, &mut again) else {
+        panic!("a decoded batch must re-encode")
+    };
+    let decoded = decode_batch(&again).map(|(_, r)| r);
+    assert_eq!(decoded.as_ref(), Ok(&records), "re-encoded batch decodes differently");
+    if header.compression == 0 {
+        assert_eq!(&again[..], &data[..header.len()], "uncompressed encoding is canonical");
+    }
+}
+
+/// A decoded index encodes back to exactly the bytes it came from.
+pub fn index_round_trip(data: &[u8]) {
+    if let Ok(index) = SegmentIndex::decode(data) {
+        assert_eq!(index.encode(), data, "index encoding is canonical");
+    }
+}
+
+/// A decoded manifest encodes back to exactly the bytes it came from.
+pub fn manifest_round_trip(data: &[u8]) {
+    if let Ok(manifest) = Manifest::decode(data) {
+        assert_eq!(manifest.encode(), data, "manifest encoding is canonical");
+    }
+}
+
+/// Scanning any segment image terminates and keeps its index consistent with the image.
+pub fn segment_scan(data: &[u8]) {
+    let base = decode_segment_header(data).unwrap_or(0);
+    let start = SEGMENT_HEADER_LEN.min(data.len()) as u64;
+    let scan = scan_segment(data, SegmentIndex::empty(base), start, 64);
+    assert!(scan.index.segment_len <= data.len() as u64);
+    if data.len() >= SEGMENT_HEADER_LEN {
+        let valid = &data[..scan.index.segment_len as usize];
+        assert!(scan.index.entries.iter().all(|e| (e.position as usize) < valid.len()));
+    }
+}

@@ -1,0 +1,164 @@
+//! Golden vectors of every on-disk structure (format/*.md): the encoders must reproduce the
+//! committed bytes exactly, the decoders must read them back, and each field sits where the spec
+//! says. Set STRATA_BLESS=1 to (re)write a vector after a deliberate, versioned format change.
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use strata::segment::{
+    decode_batch, decode_segment_header, encode_batch, encode_segment_header, Compression, IndexEntry, Record,
+    SegmentIndex,
+};
+use strata::store::manifest::{LogEntry, Manifest};
+
+fn vector(name: &str, encoded: &[u8]) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("format/vectors").join(name);
+    if std::env::var_os("STRATA_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, encoded).unwrap();
+    }
+    let golden = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run with STRATA_BLESS=1 once)", path.display()));
+    assert_eq!(encoded, &golden[..], "{name} no longer encodes to its golden bytes");
+    golden
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    i64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn sample_records() -> Vec<Record> {
+    vec![
+        Record { offset: 5, timestamp: 1000, key: None, value: Some(Bytes::from_static(b"hello")) },
+        Record { offset: 6, timestamp: 1001, key: Some(Bytes::from_static(b"k")), value: None },
+        Record { offset: 9, timestamp: 999, key: Some(Bytes::from_static(b"key2")), value: Some(Bytes::new()) },
+    ]
+}
+
+#[test]
+fn batch_v1_matches_its_golden_bytes_and_the_spec() {
+    let mut encoded = Vec::new();
+    encode_batch(&sample_records(), Compression::None, &mut encoded).unwrap();
+    let b = vector("batch_v1.bin", &encoded);
+
+    let records_len = (13 + 4 + 5) + (13 + 4 + 1) + (13 + 4 + 4 + 4);
+    assert_eq!(u32_at(&b, 0) as usize, 48 + records_len, "batch_len");
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&b[0..4]);
+    crc.update(&b[8..]);
+    assert_eq!(u32_at(&b, 4), crc.finalize(), "crc over everything but itself");
+    assert_eq!(&b[8..10], b"SB");
+    assert_eq!(b[10], 1, "version");
+    assert_eq!(b[11], 0, "attributes: uncompressed");
+    assert_eq!(u32_at(&b, 12), 3, "record_count");
+    assert_eq!(i64_at(&b, 16), 5, "base_offset");
+    assert_eq!(u32_at(&b, 24), 4, "last_offset_delta");
+    assert_eq!(u32_at(&b, 28) as usize, records_len, "records_len");
+    assert_eq!(i64_at(&b, 32), 1000, "first_timestamp");
+    assert_eq!(i64_at(&b, 40), 1001, "max_timestamp");
+    // Record 0: delta 0, ts 1000, value only.
+    assert_eq!(u32_at(&b, 48), 0);
+    assert_eq!(i64_at(&b, 52), 1000);
+    assert_eq!(b[60], 0b10);
+    assert_eq!(u32_at(&b, 61), 5);
+    assert_eq!(&b[65..70], b"hello");
+    // Record 1: delta 1, key "k", tombstone.
+    assert_eq!(u32_at(&b, 70), 1);
+    assert_eq!(i64_at(&b, 74), 1001);
+    assert_eq!(b[82], 0b01);
+    assert_eq!(u32_at(&b, 83), 1);
+    assert_eq!(&b[87..88], b"k");
+    // Record 2: delta 4, key "key2", empty value.
+    assert_eq!(u32_at(&b, 88), 4);
+    assert_eq!(i64_at(&b, 92), 999);
+    assert_eq!(b[100], 0b11);
+    assert_eq!(u32_at(&b, 101), 4);
+    assert_eq!(&b[105..109], b"key2");
+    assert_eq!(u32_at(&b, 109), 0);
+    assert_eq!(b.len(), 113);
+
+    let (header, records) = decode_batch(&b).unwrap();
+    assert_eq!(records, sample_records());
+    assert_eq!(header.last_offset(), 9);
+}
+
+#[test]
+fn zstd_batch_decodes_to_the_same_records() {
+    let mut encoded = Vec::new();
+    encode_batch(&sample_records(), Compression::Zstd { level: 3 }, &mut encoded).unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("format/vectors/batch_v1_zstd.bin");
+    if std::env::var_os("STRATA_BLESS").is_some() {
+        std::fs::write(&path, &encoded).unwrap();
+    }
+    let golden = std::fs::read(&path).unwrap();
+    assert_eq!(golden[11], 1, "attributes: zstd");
+    assert_eq!(u32_at(&golden, 28), 65, "records_len is the uncompressed length");
+    let (_, records) = decode_batch(&golden).unwrap();
+    assert_eq!(records, sample_records());
+}
+
+#[test]
+fn segment_header_v1_matches_its_golden_bytes_and_the_spec() {
+    let b = vector("segment_header_v1.bin", &encode_segment_header(5));
+    assert_eq!(&b[0..8], b"STRATSEG");
+    assert_eq!(u32_at(&b, 8), 1);
+    assert_eq!(u32_at(&b, 12), 0);
+    assert_eq!(i64_at(&b, 16), 5);
+    assert_eq!(u32_at(&b, 24), crc32fast::hash(&b[0..24]));
+    assert_eq!(u32_at(&b, 28), 0);
+    assert_eq!(decode_segment_header(&b), Ok(5));
+}
+
+#[test]
+fn index_v1_matches_its_golden_bytes_and_the_spec() {
+    let mut index = SegmentIndex::empty(100);
+    index.push(IndexEntry { relative_offset: 0, position: 32 });
+    index.push(IndexEntry { relative_offset: 7, position: 4200 });
+    index.last_offset = 120;
+    index.max_timestamp = 5;
+    index.segment_len = 9000;
+    let b = vector("index_v1.bin", &index.encode());
+    assert_eq!(&b[0..8], b"STRATIDX");
+    assert_eq!(u32_at(&b, 8), 1);
+    assert_eq!(u32_at(&b, 12), 2, "entry_count");
+    assert_eq!(i64_at(&b, 16), 100);
+    assert_eq!(i64_at(&b, 24), 120);
+    assert_eq!(i64_at(&b, 32), 5);
+    assert_eq!(i64_at(&b, 40), 9000);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&b[0..48]);
+    crc.update(&b[56..]);
+    assert_eq!(u32_at(&b, 48), crc.finalize());
+    assert_eq!(u32_at(&b, 52), 0);
+    assert_eq!((u32_at(&b, 56), u32_at(&b, 60)), (0, 32));
+    assert_eq!((u32_at(&b, 64), u32_at(&b, 68)), (7, 4200));
+    assert_eq!(b.len(), 72);
+    assert_eq!(SegmentIndex::decode(&b), Ok(index));
+}
+
+#[test]
+fn manifest_v1_matches_its_golden_bytes_and_the_spec() {
+    let manifest = Manifest {
+        logs: vec![
+            LogEntry { name: "events".into(), partitions: 8 },
+            LogEntry { name: "__coordination".into(), partitions: 1 },
+        ],
+    };
+    let b = vector("manifest_v1.bin", &manifest.encode());
+    assert_eq!(&b[0..8], b"STRATAMF");
+    assert_eq!(u32_at(&b, 8), 1);
+    let body_len = u32_at(&b, 12) as usize;
+    assert_eq!(b.len(), 20 + body_len);
+    assert_eq!(u32_at(&b, 16), crc32fast::hash(&b[20..]));
+    assert_eq!(u32_at(&b, 20), 2, "log_count");
+    assert_eq!(u16::from_le_bytes([b[24], b[25]]), 6);
+    assert_eq!(&b[26..32], b"events");
+    assert_eq!(u32_at(&b, 32), 8);
+    assert_eq!(u16::from_le_bytes([b[36], b[37]]), 14);
+    assert_eq!(&b[38..52], b"__coordination");
+    assert_eq!(u32_at(&b, 52), 1);
+    assert_eq!(Manifest::decode(&b), Ok(manifest));
+}
