@@ -3,13 +3,16 @@
 //! round-trips. Each function panics only when a property is broken.
 
 use crate::segment::{
-    decode_batch, decode_segment_header, encode_batch, scan_segment, Compression, SegmentIndex, SEGMENT_HEADER_LEN,
+    decode_batch, decode_segment_header, encode_batch, scan_segment, Compression, SegmentIndex,
+    SEGMENT_HEADER_LEN,
 };
 use crate::store::manifest::Manifest;
 
 /// A decoded batch re-encodes (same compression kind) to records that decode identically.
 pub fn batch_round_trip(data: &[u8]) {
-    let Ok((header, records)) = decode_batch(data) else { return };
+    let Ok((header, records)) = decode_batch(data) else {
+        return;
+    };
     let compression = if header.compression == 1 {
         Compression::Zstd { level: 1 }
     } else {
@@ -20,9 +23,17 @@ pub fn batch_round_trip(data: &[u8]) {
         panic!("a decoded batch must re-encode")
     };
     let decoded = decode_batch(&again).map(|(_, r)| r);
-    assert_eq!(decoded.as_ref(), Ok(&records), "re-encoded batch decodes differently");
+    assert_eq!(
+        decoded.as_ref(),
+        Ok(&records),
+        "re-encoded batch decodes differently"
+    );
     if header.compression == 0 {
-        assert_eq!(&again[..], &data[..header.len()], "uncompressed encoding is canonical");
+        assert_eq!(
+            &again[..],
+            &data[..header.len()],
+            "uncompressed encoding is canonical"
+        );
     }
 }
 
@@ -48,6 +59,10 @@ pub fn segment_scan(data: &[u8]) {
     assert!(scan.index.segment_len <= data.len() as u64);
     if data.len() >= SEGMENT_HEADER_LEN {
         let valid = &data[..scan.index.segment_len as usize];
-        assert!(scan.index.entries.iter().all(|e| (e.position as usize) < valid.len()));
+        assert!(scan
+            .index
+            .entries
+            .iter()
+            .all(|e| (e.position as usize) < valid.len()));
     }
 }

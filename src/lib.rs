@@ -36,8 +36,9 @@
 #![deny(missing_docs)]
 
 pub mod error;
-pub mod fuzzing;
 pub mod event_log;
+pub mod fs;
+pub mod fuzzing;
 pub mod log;
 pub mod segment;
 pub mod store;

@@ -14,7 +14,11 @@ fn records(n: usize, tag: &str) -> Vec<NewRecord> {
     (0..n)
         .map(|i| match i % 3 {
             0 => NewRecord::value(7, Bytes::from(format!("{tag}-{i}"))),
-            1 => NewRecord::keyed(8, Bytes::from(format!("k{i}")), Some(Bytes::from_static(b"v"))),
+            1 => NewRecord::keyed(
+                8,
+                Bytes::from(format!("k{i}")),
+                Some(Bytes::from_static(b"v")),
+            ),
             _ => NewRecord::keyed(9, Bytes::from(format!("k{i}")), None),
         })
         .collect()
@@ -75,7 +79,8 @@ fn every_flipped_byte_of_a_segment_is_caught_and_named() {
             "verify missed a flip at byte {i}"
         );
 
-        let outcome = open(dir.path(), LogOptions::default()).and_then(|(_s, log)| read_everything(&log));
+        let outcome =
+            open(dir.path(), LogOptions::default()).and_then(|(_s, log)| read_everything(&log));
         match outcome {
             Err(StoreError::Corrupt { file, offset, .. }) => {
                 assert_eq!(file, path, "flip at byte {i}");
@@ -83,7 +88,11 @@ fn every_flipped_byte_of_a_segment_is_caught_and_named() {
             }
             other => panic!("a flip at byte {i} was not reported as corruption: {other:?}"),
         }
-        assert_eq!(std::fs::read(&path).unwrap(), damaged, "recovery must not cut a sealed segment");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            damaged,
+            "recovery must not cut a sealed segment"
+        );
     }
     std::fs::write(&path, &original).unwrap();
     let (_s, log) = open(dir.path(), LogOptions::default()).unwrap();
@@ -118,11 +127,17 @@ fn damage_inside_the_last_segment_is_an_error_naming_the_batch_unless_salvaging(
         other => panic!("expected corruption, got {other:?}"),
     }
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing was cut");
-    let salvage = LogOptions { recovery: RecoveryMode::Salvage, ..LogOptions::default() };
+    let salvage = LogOptions {
+        recovery: RecoveryMode::Salvage,
+        ..LogOptions::default()
+    };
     let (_s, log) = open(dir.path(), salvage).unwrap();
     assert_eq!(log.high_water_mark(0).unwrap(), 4);
     assert_eq!(read_everything(&log).unwrap(), 4);
-    assert_eq!(log.recovery_report()[0].truncated_bytes, bytes.len() as u64 - third);
+    assert_eq!(
+        log.recovery_report()[0].truncated_bytes,
+        bytes.len() as u64 - third
+    );
 }
 
 #[test]
@@ -137,13 +152,21 @@ fn a_torn_tail_is_cut_and_every_acknowledged_record_survives() {
     torn.extend_from_slice(&[0u8; 4096]);
     std::fs::write(&path, &torn).unwrap();
 
-    let strict = LogOptions { recovery: RecoveryMode::AbsoluteConsistency, ..LogOptions::default() };
-    assert!(matches!(open(dir.path(), strict), Err(StoreError::Corrupt { offset, .. }) if offset == clean.len() as u64));
+    let strict = LogOptions {
+        recovery: RecoveryMode::AbsoluteConsistency,
+        ..LogOptions::default()
+    };
+    assert!(
+        matches!(open(dir.path(), strict), Err(StoreError::Corrupt { offset, .. }) if offset == clean.len() as u64)
+    );
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let (_s, log) = open(dir.path(), LogOptions::default()).unwrap();
-        assert_eq!(log.recovery_report()[0].truncated_bytes, (torn.len() - clean.len()) as u64);
+        assert_eq!(
+            log.recovery_report()[0].truncated_bytes,
+            (torn.len() - clean.len()) as u64
+        );
         assert_eq!(read_everything(&log).unwrap(), 10);
         assert_eq!(log.append(0, records(1, "e")).await.unwrap(), (10, 10));
         assert_eq!(read_everything(&log).unwrap(), 11);

@@ -20,19 +20,33 @@ fn payload(partition: i32, writer: usize, seq: usize) -> String {
 
 fn options() -> LogOptions {
     // Small segments so kills land around segment rolls too.
-    LogOptions { segment_bytes: 16 << 10, ..LogOptions::default() }
+    LogOptions {
+        segment_bytes: 16 << 10,
+        ..LogOptions::default()
+    }
 }
 
 /// The child: only runs when the parent sets the environment variable.
 #[test]
 #[ignore = "run by crash_kill_9_never_loses_an_acknowledged_record"]
 fn crash_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
-    let cycle: usize = std::env::var("STRATA_CRASH_CYCLE").ok().and_then(|c| c.parse().ok()).unwrap_or(0);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let cycle: usize = std::env::var("STRATA_CRASH_CYCLE")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let store = Store::open(&dir).unwrap();
-        let log = std::sync::Arc::new(DiskEventLog::new(store.open_log("crash", PARTITIONS, options()).unwrap()));
+        let log = std::sync::Arc::new(DiskEventLog::new(
+            store.open_log("crash", PARTITIONS, options()).unwrap(),
+        ));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         for writer in 0..8usize {
             let log = log.clone();
@@ -42,8 +56,12 @@ fn crash_child() {
                     let partition = ((writer + seq) % PARTITIONS as usize) as i32;
                     let body = payload(partition, writer + 8 * cycle, seq);
                     let offset = if seq % 4 == 0 {
-                        log.publish_keyed(partition, Bytes::from(format!("key{writer}")), Some(Bytes::from(body.clone())))
-                            .await
+                        log.publish_keyed(
+                            partition,
+                            Bytes::from(format!("key{writer}")),
+                            Some(Bytes::from(body.clone())),
+                        )
+                        .await
                     } else {
                         log.publish(partition, Bytes::from(body.clone())).await
                     };
@@ -76,7 +94,13 @@ fn crash_kill_9_never_loses_an_acknowledged_record() {
         seed ^= seed << 17;
         let run_for = Duration::from_millis(30 + seed % 250);
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, dir.path())
             .env("STRATA_CRASH_CYCLE", cycle.to_string())
             .stdout(Stdio::piped())
@@ -116,7 +140,11 @@ fn crash_kill_9_never_loses_an_acknowledged_record() {
         }
         assert!(started.elapsed() < Duration::from_secs(30));
     }
-    assert!(acked.len() > 100, "the children acknowledged only {} records", acked.len());
+    assert!(
+        acked.len() > 100,
+        "the children acknowledged only {} records",
+        acked.len()
+    );
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -129,12 +157,18 @@ fn crash_kill_9_never_loses_an_acknowledged_record() {
                 found.insert(r.offset, String::from_utf8(r.payload.to_vec()).unwrap());
                 Ok(())
             };
-            log.visit_range(p, 0, highs[p as usize], &mut visit).await.unwrap();
+            log.visit_range(p, 0, highs[p as usize], &mut visit)
+                .await
+                .unwrap();
             // Offsets are dense: nothing was compacted.
             assert_eq!(found.len() as i64, highs[p as usize]);
             for (ap, offset, body) in acked.iter().filter(|a| a.0 == p) {
                 let got = found.get(offset);
-                assert_eq!(got.map(String::as_str), Some(body.as_str()), "acknowledged record {ap}/{offset} lost");
+                assert_eq!(
+                    got.map(String::as_str),
+                    Some(body.as_str()),
+                    "acknowledged record {ap}/{offset} lost"
+                );
             }
         }
         drop(log);

@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use strata::event_log::{
-    DiskEventLog, KeyedEvent, MetadataEventLog, MetadataEventRecord, MetadataEventStream, MetadataLogError,
-    PartitionStart,
+    DiskEventLog, KeyedEvent, MetadataEventLog, MetadataEventRecord, MetadataEventStream,
+    MetadataLogError, PartitionStart,
 };
 use strata::log::{CompactionPolicy, RetentionPolicy};
 use strata::{LogOptions, Store};
@@ -23,7 +23,10 @@ fn b(s: &str) -> Bytes {
 }
 
 fn start(partition: i32, start_offset: i64) -> PartitionStart {
-    PartitionStart { partition, start_offset }
+    PartitionStart {
+        partition,
+        start_offset,
+    }
 }
 
 async fn take(stream: &mut MetadataEventStream, n: usize) -> Vec<MetadataEventRecord> {
@@ -39,11 +42,18 @@ async fn take(stream: &mut MetadataEventStream, n: usize) -> Vec<MetadataEventRe
 }
 
 async fn assert_silent(stream: &mut MetadataEventStream) {
-    assert!(tokio::time::timeout(Duration::from_millis(150), stream.next()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(150), stream.next())
+            .await
+            .is_err()
+    );
 }
 
 fn payloads(records: &[MetadataEventRecord]) -> Vec<(i32, i64, Bytes)> {
-    records.iter().map(|r| (r.partition, r.offset, r.payload.clone())).collect()
+    records
+        .iter()
+        .map(|r| (r.partition, r.offset, r.payload.clone()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +101,12 @@ async fn subscriber_sees_only_assigned_partitions_from_their_start() {
     got.sort_by_key(|r| (r.partition, r.offset));
     assert_eq!(
         payloads(&got),
-        vec![(0, 2, b("0-2")), (2, 0, b("2-0")), (2, 1, b("2-1")), (2, 2, b("2-2"))]
+        vec![
+            (0, 2, b("0-2")),
+            (2, 0, b("2-0")),
+            (2, 1, b("2-1")),
+            (2, 2, b("2-2"))
+        ]
     );
     // Partitions out of range are skipped silently, as in the in-process reference.
     assert_eq!(handle.assigned(), vec![0, 2]);
@@ -122,7 +137,10 @@ async fn add_mid_stream_delivers_backlog_then_live_and_remove_stops_delivery() {
     }
     let (mut stream, handle) = log.subscribe(vec![start(0, 0)]);
     log.publish(0, b("zero")).await.unwrap();
-    assert_eq!(payloads(&take(&mut stream, 1).await), vec![(0, 0, b("zero"))]);
+    assert_eq!(
+        payloads(&take(&mut stream, 1).await),
+        vec![(0, 0, b("zero"))]
+    );
 
     handle.add(start(1, 1));
     handle.add(start(1, 0)); // already assigned: no-op, no replay from 0
@@ -137,7 +155,10 @@ async fn add_mid_stream_delivers_backlog_then_live_and_remove_stops_delivery() {
     log.publish(1, b("b4")).await.unwrap();
     assert_silent(&mut stream).await;
     log.publish(0, b("still")).await.unwrap();
-    assert_eq!(payloads(&take(&mut stream, 1).await), vec![(0, 1, b("still"))]);
+    assert_eq!(
+        payloads(&take(&mut stream, 1).await),
+        vec![(0, 1, b("still"))]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +168,10 @@ async fn dropping_the_handle_keeps_the_stream_working() {
     let (mut stream, handle) = log.subscribe(vec![start(0, 0)]);
     drop(handle);
     log.publish(0, b("after")).await.unwrap();
-    assert_eq!(payloads(&take(&mut stream, 1).await), vec![(0, 0, b("after"))]);
+    assert_eq!(
+        payloads(&take(&mut stream, 1).await),
+        vec![(0, 0, b("after"))]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,11 +180,17 @@ async fn start_offsets_are_clamped_to_the_retained_range() {
     let (_s, log) = open(dir.path(), 1, LogOptions::default());
     log.publish(0, b("a")).await.unwrap();
     let (mut from_negative, _h1) = log.subscribe(vec![start(0, -5)]);
-    assert_eq!(payloads(&take(&mut from_negative, 1).await), vec![(0, 0, b("a"))]);
+    assert_eq!(
+        payloads(&take(&mut from_negative, 1).await),
+        vec![(0, 0, b("a"))]
+    );
     let (mut past_end, _h2) = log.subscribe(vec![start(0, 99)]);
     assert_silent(&mut past_end).await;
     log.publish(0, b("new")).await.unwrap();
-    assert_eq!(payloads(&take(&mut past_end, 1).await), vec![(0, 1, b("new"))]);
+    assert_eq!(
+        payloads(&take(&mut past_end, 1).await),
+        vec![(0, 1, b("new"))]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,20 +219,34 @@ async fn concurrent_publishers_keep_per_partition_order_and_offsets_match() {
     }
     let seen = take(&mut stream, 200).await;
     for p in 0..2 {
-        let offsets: Vec<i64> = seen.iter().filter(|r| r.partition == p).map(|r| r.offset).collect();
-        assert_eq!(offsets, (0..100).collect::<Vec<_>>(), "partition {p} delivered in order");
+        let offsets: Vec<i64> = seen
+            .iter()
+            .filter(|r| r.partition == p)
+            .map(|r| r.offset)
+            .collect();
+        assert_eq!(
+            offsets,
+            (0..100).collect::<Vec<_>>(),
+            "partition {p} delivered in order"
+        );
     }
     let mut seen = payloads(&seen);
     seen.sort();
     acked.sort();
-    assert_eq!(seen, acked, "each subscriber sees the offset publish returned");
+    assert_eq!(
+        seen, acked,
+        "each subscriber sees the offset publish returned"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_range_partitions_are_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
     let (_s, log) = open(dir.path(), 2, LogOptions::default());
-    let expected = |partition| MetadataLogError::PartitionOutOfRange { partition, count: 2 };
+    let expected = |partition| MetadataLogError::PartitionOutOfRange {
+        partition,
+        count: 2,
+    };
     assert_eq!(log.publish(2, b("x")).await, Err(expected(2)));
     assert_eq!(log.publish(-1, b("x")).await, Err(expected(-1)));
     assert_eq!(log.publish_keyed(5, b("k"), None).await, Err(expected(5)));
@@ -236,12 +280,20 @@ async fn keyed_group_is_one_durability_round_trip_in_the_order_given() {
         .map(|i| KeyedEvent {
             partition: i % 3,
             key: b(&format!("k{i}")),
-            event: if i % 5 == 0 { None } else { Some(b(&format!("v{i}"))) },
+            event: if i % 5 == 0 {
+                None
+            } else {
+                Some(b(&format!("v{i}")))
+            },
         })
         .collect();
     let syncs_before = log.log().sync_rounds();
     let offsets = log.publish_keyed_group(events.clone()).await.unwrap();
-    assert_eq!(log.log().sync_rounds() - syncs_before, 1, "the whole group shared one sync round");
+    assert_eq!(
+        log.log().sync_rounds() - syncs_before,
+        1,
+        "the whole group shared one sync round"
+    );
     let expected: Vec<i64> = (0..30).map(|i| i / 3 + i64::from(i % 3 == 1)).collect();
     assert_eq!(offsets, expected);
     let mut seen = Vec::new();
@@ -253,7 +305,13 @@ async fn keyed_group_is_one_durability_round_trip_in_the_order_given() {
     let want: Vec<_> = events
         .iter()
         .filter(|e| e.partition == 1)
-        .map(|e| (e.key.clone(), e.event.is_none(), e.event.clone().unwrap_or_default()))
+        .map(|e| {
+            (
+                e.key.clone(),
+                e.event.is_none(),
+                e.event.clone().unwrap_or_default(),
+            )
+        })
         .collect();
     assert_eq!(seen, want);
 }
@@ -263,12 +321,23 @@ async fn a_group_with_a_bad_partition_appends_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (_s, log) = open(dir.path(), 2, LogOptions::default());
     let events = vec![
-        KeyedEvent { partition: 0, key: b("a"), event: Some(b("1")) },
-        KeyedEvent { partition: 4, key: b("b"), event: Some(b("2")) },
+        KeyedEvent {
+            partition: 0,
+            key: b("a"),
+            event: Some(b("1")),
+        },
+        KeyedEvent {
+            partition: 4,
+            key: b("b"),
+            event: Some(b("2")),
+        },
     ];
     assert_eq!(
         log.publish_keyed_group(events).await,
-        Err(MetadataLogError::PartitionOutOfRange { partition: 4, count: 2 })
+        Err(MetadataLogError::PartitionOutOfRange {
+            partition: 4,
+            count: 2
+        })
     );
     assert_eq!(log.high_water_marks().await.unwrap(), vec![0, 0]);
     assert_eq!(log.publish_keyed_group(Vec::new()).await, Ok(Vec::new()));
@@ -323,14 +392,21 @@ async fn visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions {
         segment_bytes: 64 << 10,
-        compaction: CompactionPolicy { delete_retention: Duration::ZERO, ..CompactionPolicy::default() },
+        compaction: CompactionPolicy {
+            delete_retention: Duration::ZERO,
+            ..CompactionPolicy::default()
+        },
         ..LogOptions::default()
     };
     let (_s, log) = open(dir.path(), 1, options);
     let big = Bytes::from(vec![7u8; 20_000]);
     // 300 records of 20 kB: about 6 MB, several pages of 1 MiB and ~90 segments.
     let events: Vec<KeyedEvent> = (0..300)
-        .map(|i| KeyedEvent { partition: 0, key: b(&format!("k{}", i % 10)), event: Some(big.clone()) })
+        .map(|i| KeyedEvent {
+            partition: 0,
+            key: b(&format!("k{}", i % 10)),
+            event: Some(big.clone()),
+        })
         .collect();
     log.publish_keyed_group(events).await.unwrap();
     let mut all = 0;
@@ -361,12 +437,17 @@ async fn low_water_marks_follow_retention() {
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions {
         segment_bytes: 4096,
-        retention: RetentionPolicy { max_bytes: Some(8192), max_age: None },
+        retention: RetentionPolicy {
+            max_bytes: Some(8192),
+            max_age: None,
+        },
         ..LogOptions::default()
     };
     let (_s, log) = open(dir.path(), 1, options);
     for i in 0..100 {
-        log.publish(0, Bytes::from(format!("{i:0>200}"))).await.unwrap();
+        log.publish(0, Bytes::from(format!("{i:0>200}")))
+            .await
+            .unwrap();
     }
     let report = log.log().apply_retention(strata::now_ms()).unwrap();
     assert!(report.segments_deleted > 0);
@@ -394,12 +475,20 @@ async fn a_closed_log_refuses_everything_and_ends_streams() {
     take(&mut stream, 1).await;
     log.close().await.unwrap();
     assert_eq!(log.publish(0, b("b")).await, Err(MetadataLogError::Closed));
-    assert_eq!(log.publish_keyed(0, b("k"), None).await, Err(MetadataLogError::Closed));
+    assert_eq!(
+        log.publish_keyed(0, b("k"), None).await,
+        Err(MetadataLogError::Closed)
+    );
     assert_eq!(log.high_water_marks().await, Err(MetadataLogError::Closed));
     assert_eq!(log.low_water_marks().await, Err(MetadataLogError::Closed));
     let mut visit = |_r| Ok(());
-    assert_eq!(log.visit_range(0, 0, 1, &mut visit).await, Err(MetadataLogError::Closed));
-    let end = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap();
+    assert_eq!(
+        log.visit_range(0, 0, 1, &mut visit).await,
+        Err(MetadataLogError::Closed)
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap();
     assert_eq!(end, None);
 }
 
@@ -442,6 +531,9 @@ async fn subscribing_before_reading_high_water_marks_covers_every_named_offset()
     let (mut stream, _h) = log.subscribe(vec![start(0, 0)]);
     let high = log.high_water_marks().await.unwrap()[0];
     let got = take(&mut stream, high as usize).await;
-    assert_eq!(got.iter().map(|r| r.offset).collect::<Vec<_>>(), (0..high).collect::<Vec<_>>());
+    assert_eq!(
+        got.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        (0..high).collect::<Vec<_>>()
+    );
     writer.await.unwrap();
 }

@@ -6,19 +6,26 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use strata::segment::{
-    decode_batch, decode_segment_header, encode_batch, encode_segment_header, Compression, IndexEntry, Record,
-    SegmentIndex,
+    decode_batch, decode_segment_header, encode_batch, encode_segment_header, Compression,
+    IndexEntry, Record, SegmentIndex,
 };
 use strata::store::manifest::{LogEntry, Manifest};
 
 fn vector(name: &str, encoded: &[u8]) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("format/vectors").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("format/vectors")
+        .join(name);
     if std::env::var_os("STRATA_BLESS").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, encoded).unwrap();
     }
-    let golden = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run with STRATA_BLESS=1 once)", path.display()));
-    assert_eq!(encoded, &golden[..], "{name} no longer encodes to its golden bytes");
+    let golden = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with STRATA_BLESS=1 once)", path.display()));
+    assert_eq!(
+        encoded,
+        &golden[..],
+        "{name} no longer encodes to its golden bytes"
+    );
     golden
 }
 
@@ -32,9 +39,24 @@ fn i64_at(b: &[u8], at: usize) -> i64 {
 
 fn sample_records() -> Vec<Record> {
     vec![
-        Record { offset: 5, timestamp: 1000, key: None, value: Some(Bytes::from_static(b"hello")) },
-        Record { offset: 6, timestamp: 1001, key: Some(Bytes::from_static(b"k")), value: None },
-        Record { offset: 9, timestamp: 999, key: Some(Bytes::from_static(b"key2")), value: Some(Bytes::new()) },
+        Record {
+            offset: 5,
+            timestamp: 1000,
+            key: None,
+            value: Some(Bytes::from_static(b"hello")),
+        },
+        Record {
+            offset: 6,
+            timestamp: 1001,
+            key: Some(Bytes::from_static(b"k")),
+            value: None,
+        },
+        Record {
+            offset: 9,
+            timestamp: 999,
+            key: Some(Bytes::from_static(b"key2")),
+            value: Some(Bytes::new()),
+        },
     ]
 }
 
@@ -49,7 +71,11 @@ fn batch_v1_matches_its_golden_bytes_and_the_spec() {
     let mut crc = crc32fast::Hasher::new();
     crc.update(&b[0..4]);
     crc.update(&b[8..]);
-    assert_eq!(u32_at(&b, 4), crc.finalize(), "crc over everything but itself");
+    assert_eq!(
+        u32_at(&b, 4),
+        crc.finalize(),
+        "crc over everything but itself"
+    );
     assert_eq!(&b[8..10], b"SB");
     assert_eq!(b[10], 1, "version");
     assert_eq!(b[11], 0, "attributes: uncompressed");
@@ -88,14 +114,23 @@ fn batch_v1_matches_its_golden_bytes_and_the_spec() {
 #[test]
 fn zstd_batch_decodes_to_the_same_records() {
     let mut encoded = Vec::new();
-    encode_batch(&sample_records(), Compression::Zstd { level: 3 }, &mut encoded).unwrap();
+    encode_batch(
+        &sample_records(),
+        Compression::Zstd { level: 3 },
+        &mut encoded,
+    )
+    .unwrap();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("format/vectors/batch_v1_zstd.bin");
     if std::env::var_os("STRATA_BLESS").is_some() {
         std::fs::write(&path, &encoded).unwrap();
     }
     let golden = std::fs::read(&path).unwrap();
     assert_eq!(golden[11], 1, "attributes: zstd");
-    assert_eq!(u32_at(&golden, 28), 65, "records_len is the uncompressed length");
+    assert_eq!(
+        u32_at(&golden, 28),
+        65,
+        "records_len is the uncompressed length"
+    );
     let (_, records) = decode_batch(&golden).unwrap();
     assert_eq!(records, sample_records());
 }
@@ -115,8 +150,14 @@ fn segment_header_v1_matches_its_golden_bytes_and_the_spec() {
 #[test]
 fn index_v1_matches_its_golden_bytes_and_the_spec() {
     let mut index = SegmentIndex::empty(100);
-    index.push(IndexEntry { relative_offset: 0, position: 32 });
-    index.push(IndexEntry { relative_offset: 7, position: 4200 });
+    index.push(IndexEntry {
+        relative_offset: 0,
+        position: 32,
+    });
+    index.push(IndexEntry {
+        relative_offset: 7,
+        position: 4200,
+    });
     index.last_offset = 120;
     index.max_timestamp = 5;
     index.segment_len = 9000;
@@ -143,8 +184,14 @@ fn index_v1_matches_its_golden_bytes_and_the_spec() {
 fn manifest_v1_matches_its_golden_bytes_and_the_spec() {
     let manifest = Manifest {
         logs: vec![
-            LogEntry { name: "events".into(), partitions: 8 },
-            LogEntry { name: "__coordination".into(), partitions: 1 },
+            LogEntry {
+                name: "events".into(),
+                partitions: 8,
+            },
+            LogEntry {
+                name: "__coordination".into(),
+                partitions: 1,
+            },
         ],
     };
     let b = vector("manifest_v1.bin", &manifest.encode());

@@ -12,7 +12,11 @@ fn value(s: &str) -> NewRecord {
 }
 
 fn keyed(ts: i64, k: &str, v: Option<&str>) -> NewRecord {
-    NewRecord::keyed(ts, Bytes::copy_from_slice(k.as_bytes()), v.map(|v| Bytes::copy_from_slice(v.as_bytes())))
+    NewRecord::keyed(
+        ts,
+        Bytes::copy_from_slice(k.as_bytes()),
+        v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+    )
 }
 
 fn read_all(log: &Log, partition: u32) -> Vec<Record> {
@@ -46,7 +50,10 @@ fn a_second_opener_is_refused_until_the_first_is_gone() {
         other => panic!("expected Locked, got {other:?}"),
     }
     drop(store);
-    assert!(matches!(Store::open(dir.path()), Err(StoreError::Locked { .. })), "the open log holds the lock");
+    assert!(
+        matches!(Store::open(dir.path()), Err(StoreError::Locked { .. })),
+        "the open log holds the lock"
+    );
     drop(log);
     Store::open(dir.path()).unwrap();
 }
@@ -60,32 +67,57 @@ fn logs_are_recorded_in_the_manifest_with_fixed_partition_counts() {
         store.open_log("b", 1, LogOptions::default()).unwrap();
         assert!(matches!(
             store.open_log("a", 4, LogOptions::default()),
-            Err(StoreError::PartitionCountMismatch { existing: 3, requested: 4, .. })
+            Err(StoreError::PartitionCountMismatch {
+                existing: 3,
+                requested: 4,
+                ..
+            })
         ));
-        assert!(matches!(store.open_log("../x", 1, LogOptions::default()), Err(StoreError::Invalid(_))));
-        assert!(matches!(store.open_log("z", 0, LogOptions::default()), Err(StoreError::Invalid(_))));
+        assert!(matches!(
+            store.open_log("../x", 1, LogOptions::default()),
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            store.open_log("z", 0, LogOptions::default()),
+            Err(StoreError::Invalid(_))
+        ));
     }
     let store = Store::open(dir.path()).unwrap();
-    let names: Vec<(String, u32)> = store.logs().into_iter().map(|l| (l.name, l.partitions)).collect();
+    let names: Vec<(String, u32)> = store
+        .logs()
+        .into_iter()
+        .map(|l| (l.name, l.partitions))
+        .collect();
     assert_eq!(names, vec![("a".to_string(), 3), ("b".to_string(), 1)]);
     assert!(matches!(
         store.open_log("b", 2, LogOptions::default()),
-        Err(StoreError::PartitionCountMismatch { existing: 1, requested: 2, .. })
+        Err(StoreError::PartitionCountMismatch {
+            existing: 1,
+            requested: 2,
+            ..
+        })
     ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn segments_roll_and_reads_cross_them_before_and_after_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let expected: Vec<String> = (0..400).map(|i| format!("record-{i:04}-{}", "x".repeat(i % 50))).collect();
+    let expected: Vec<String> = (0..400)
+        .map(|i| format!("record-{i:04}-{}", "x".repeat(i % 50)))
+        .collect();
     {
         let store = Store::open(dir.path()).unwrap();
         let log = store.open_log("l", 1, small_segments()).unwrap();
         for chunk in expected.chunks(7) {
-            log.append(0, chunk.iter().map(|s| value(s)).collect()).await.unwrap();
+            log.append(0, chunk.iter().map(|s| value(s)).collect())
+                .await
+                .unwrap();
         }
         assert!(log.stats()[0].segments > 5, "{:?}", log.stats());
-        let got: Vec<String> = read_all(&log, 0).iter().map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()).collect();
+        let got: Vec<String> = read_all(&log, 0)
+            .iter()
+            .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
+            .collect();
         assert_eq!(got, expected);
         // Reads starting in the middle of a batch and of a segment.
         let page = log.read(0, 123, 1).unwrap();
@@ -96,10 +128,17 @@ async fn segments_roll_and_reads_cross_them_before_and_after_reopen() {
     let log = store.open_log("l", 1, small_segments()).unwrap();
     assert_eq!(log.high_water_mark(0).unwrap(), 400);
     assert_eq!(log.recovery_report()[0].truncated_bytes, 0);
-    assert_eq!(log.recovery_report()[0].indexes_rebuilt, 0, "clean shutdown leaves valid indexes");
+    assert_eq!(
+        log.recovery_report()[0].indexes_rebuilt,
+        0,
+        "clean shutdown leaves valid indexes"
+    );
     let got: Vec<i64> = read_all(&log, 0).iter().map(|r| r.offset).collect();
     assert_eq!(got, (0..400).collect::<Vec<_>>());
-    assert_eq!(log.append(0, vec![value("more")]).await.unwrap(), (400, 400));
+    assert_eq!(
+        log.append(0, vec![value("more")]).await.unwrap(),
+        (400, 400)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,7 +149,9 @@ async fn lost_or_damaged_indexes_are_rebuilt_from_the_segments() {
         let store = Store::open(dir.path()).unwrap();
         let log = store.open_log("l", 1, small_segments()).unwrap();
         for i in 0..200 {
-            log.append(0, vec![value(&format!("{i:0>100}"))]).await.unwrap();
+            log.append(0, vec![value(&format!("{i:0>100}"))])
+                .await
+                .unwrap();
         }
         log.close().await.unwrap();
     }
@@ -144,7 +185,9 @@ async fn concurrent_sync_appends_share_fdatasyncs() {
         let log = log.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..10 {
-                log.append(w % 2, vec![value(&format!("{w}-{i}"))]).await.unwrap();
+                log.append(w % 2, vec![value(&format!("{w}-{i}"))])
+                    .await
+                    .unwrap();
             }
         }));
     }
@@ -152,14 +195,23 @@ async fn concurrent_sync_appends_share_fdatasyncs() {
         t.await.unwrap();
     }
     let rounds = log.sync_rounds() - before;
-    assert!(rounds < 320, "320 appends took {rounds} sync rounds: group commit must share them");
-    assert_eq!(log.high_water_mark(0).unwrap() + log.high_water_mark(1).unwrap(), 320);
+    assert!(
+        rounds < 320,
+        "320 appends took {rounds} sync rounds: group commit must share them"
+    );
+    assert_eq!(
+        log.high_water_mark(0).unwrap() + log.high_water_mark(1).unwrap(),
+        320
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interval_durability_acknowledges_before_sync_and_syncs_on_demand() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions { durability: Durability::Interval(Duration::from_secs(3600)), ..LogOptions::default() };
+    let options = LogOptions {
+        durability: Durability::Interval(Duration::from_secs(3600)),
+        ..LogOptions::default()
+    };
     {
         let store = Store::open(dir.path()).unwrap();
         let log = store.open_log("l", 1, options.clone()).unwrap();
@@ -168,7 +220,11 @@ async fn interval_durability_acknowledges_before_sync_and_syncs_on_demand() {
             log.append(0, vec![value(&i.to_string())]).await.unwrap();
         }
         assert_eq!(log.sync_rounds(), rounds, "no sync before the interval");
-        assert_eq!(log.high_water_mark(0).unwrap(), 50, "records are readable once acknowledged");
+        assert_eq!(
+            log.high_water_mark(0).unwrap(),
+            50,
+            "records are readable once acknowledged"
+        );
         log.sync().await.unwrap();
         assert_eq!(log.sync_rounds(), rounds + 1);
     }
@@ -183,13 +239,27 @@ async fn zstd_batches_round_trip_and_shrink_repetitive_data() {
     let store = Store::open(dir.path()).unwrap();
     let plain = store.open_log("plain", 1, LogOptions::default()).unwrap();
     let zstd = store
-        .open_log("zstd", 1, LogOptions { compression: Compression::Zstd { level: 3 }, ..LogOptions::default() })
+        .open_log(
+            "zstd",
+            1,
+            LogOptions {
+                compression: Compression::Zstd { level: 3 },
+                ..LogOptions::default()
+            },
+        )
         .unwrap();
-    let records: Vec<NewRecord> = (0..200).map(|i| value(&format!("{{\"id\":{i},\"pad\":\"{}\"}}", "a".repeat(200)))).collect();
+    let records: Vec<NewRecord> = (0..200)
+        .map(|i| value(&format!("{{\"id\":{i},\"pad\":\"{}\"}}", "a".repeat(200))))
+        .collect();
     plain.append(0, records.clone()).await.unwrap();
     zstd.append(0, records.clone()).await.unwrap();
     assert_eq!(read_all(&plain, 0), read_all(&zstd, 0));
-    assert!(zstd.stats()[0].bytes * 5 < plain.stats()[0].bytes, "{:?} vs {:?}", zstd.stats(), plain.stats());
+    assert!(
+        zstd.stats()[0].bytes * 5 < plain.stats()[0].bytes,
+        "{:?} vs {:?}",
+        zstd.stats(),
+        plain.stats()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,12 +267,31 @@ async fn bad_appends_are_refused_without_writing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let log = store.open_log("l", 1, LogOptions::default()).unwrap();
-    assert!(matches!(log.append(0, vec![]).await, Err(StoreError::Encode(_))));
-    let unkeyed_tombstone = NewRecord { timestamp: 0, key: None, value: None };
-    assert!(matches!(log.append(0, vec![unkeyed_tombstone]).await, Err(StoreError::Encode(_))));
-    assert!(matches!(log.append(3, vec![value("x")]).await, Err(StoreError::PartitionOutOfRange { partition: 3, count: 1 })));
+    assert!(matches!(
+        log.append(0, vec![]).await,
+        Err(StoreError::Encode(_))
+    ));
+    let unkeyed_tombstone = NewRecord {
+        timestamp: 0,
+        key: None,
+        value: None,
+    };
+    assert!(matches!(
+        log.append(0, vec![unkeyed_tombstone]).await,
+        Err(StoreError::Encode(_))
+    ));
+    assert!(matches!(
+        log.append(3, vec![value("x")]).await,
+        Err(StoreError::PartitionOutOfRange {
+            partition: 3,
+            count: 1
+        })
+    ));
     let huge = NewRecord::value(0, Bytes::from(vec![0u8; strata::segment::MAX_BATCH_LEN]));
-    assert!(matches!(log.append(0, vec![huge]).await, Err(StoreError::Encode(_))));
+    assert!(matches!(
+        log.append(0, vec![huge]).await,
+        Err(StoreError::Encode(_))
+    ));
     assert_eq!(log.high_water_mark(0).unwrap(), 0);
     assert_eq!(log.append(0, vec![value("ok")]).await.unwrap(), (0, 0));
 }
@@ -212,7 +301,10 @@ async fn retention_by_size_and_age_deletes_whole_segments_and_advances_the_low_w
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let options = LogOptions {
-        retention: RetentionPolicy { max_bytes: None, max_age: Some(Duration::from_secs(60)) },
+        retention: RetentionPolicy {
+            max_bytes: None,
+            max_age: Some(Duration::from_secs(60)),
+        },
         ..small_segments()
     };
     let log = store.open_log("l", 1, options).unwrap();
@@ -220,32 +312,58 @@ async fn retention_by_size_and_age_deletes_whole_segments_and_advances_the_low_w
     for i in 0..100 {
         // The first 50 records are two minutes old, the rest are fresh.
         let ts = if i < 50 { now - 120_000 } else { now };
-        log.append(0, vec![NewRecord::value(ts, Bytes::from(format!("{i:0>150}")))]).await.unwrap();
+        log.append(
+            0,
+            vec![NewRecord::value(ts, Bytes::from(format!("{i:0>150}")))],
+        )
+        .await
+        .unwrap();
     }
     let report = log.apply_retention(now).unwrap();
     assert!(report.segments_deleted >= 1);
     let low = log.low_water_mark(0).unwrap();
-    assert!(low > 0 && low <= 50, "only old segments go: low water mark {low}");
+    assert!(
+        low > 0 && low <= 50,
+        "only old segments go: low water mark {low}"
+    );
     let records = read_all(&log, 0);
     assert_eq!(records.first().unwrap().offset, low);
     assert_eq!(records.len() as i64, 100 - low);
-    let files = std::fs::read_dir(dir.path().join("logs/l/0")).unwrap().count();
-    assert_eq!(files, 2 * log.stats()[0].segments - 1, "deleted segments leave no files (the active has no index yet)");
+    let files = std::fs::read_dir(dir.path().join("logs/l/0"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        files,
+        2 * log.stats()[0].segments - 1,
+        "deleted segments leave no files (the active has no index yet)"
+    );
     drop(log);
     drop(store);
     let store = Store::open(dir.path()).unwrap();
     let log = store.open_log("l", 1, small_segments()).unwrap();
-    assert_eq!(log.low_water_mark(0).unwrap(), low, "the low-water mark survives reopen");
+    assert_eq!(
+        log.low_water_mark(0).unwrap(),
+        low,
+        "the low-water mark survives reopen"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_by_size_keeps_the_partition_under_its_budget() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let options = LogOptions { retention: RetentionPolicy { max_bytes: Some(10_000), max_age: None }, ..small_segments() };
+    let options = LogOptions {
+        retention: RetentionPolicy {
+            max_bytes: Some(10_000),
+            max_age: None,
+        },
+        ..small_segments()
+    };
     let log = store.open_log("l", 1, options).unwrap();
     for i in 0..200 {
-        log.append(0, vec![value(&format!("{i:0>150}"))]).await.unwrap();
+        log.append(0, vec![value(&format!("{i:0>150}"))])
+            .await
+            .unwrap();
     }
     log.apply_retention(strata::now_ms()).unwrap();
     let bytes = log.stats()[0].bytes;
@@ -258,7 +376,10 @@ async fn retention_by_size_keeps_the_partition_under_its_budget() {
 async fn compaction_keeps_the_latest_value_per_key_with_offsets_and_gaps() {
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions {
-        compaction: CompactionPolicy { delete_retention: Duration::from_secs(60), ..CompactionPolicy::default() },
+        compaction: CompactionPolicy {
+            delete_retention: Duration::from_secs(60),
+            ..CompactionPolicy::default()
+        },
         ..small_segments()
     };
     let now = 50_000_000;
@@ -266,25 +387,43 @@ async fn compaction_keeps_the_latest_value_per_key_with_offsets_and_gaps() {
     let log = store.open_log("l", 1, options.clone()).unwrap();
     for round in 0..20 {
         for k in 0..10 {
-            log.append(0, vec![keyed(now - 1_000_000, &format!("k{k}"), Some(&format!("v{round}")))]).await.unwrap();
+            log.append(
+                0,
+                vec![keyed(
+                    now - 1_000_000,
+                    &format!("k{k}"),
+                    Some(&format!("v{round}")),
+                )],
+            )
+            .await
+            .unwrap();
         }
     }
     log.append(0, vec![value("unkeyed")]).await.unwrap(); // offset 200
-    log.append(0, vec![keyed(now - 1_000_000, "k0", None)]).await.unwrap(); // 201: old tombstone
+    log.append(0, vec![keyed(now - 1_000_000, "k0", None)])
+        .await
+        .unwrap(); // 201: old tombstone
     log.append(0, vec![keyed(now, "k1", None)]).await.unwrap(); // 202: fresh tombstone
     let report = log.compact_partition(0, now).unwrap();
-    let survivors: Vec<(i64, Option<Bytes>, Option<Bytes>)> =
-        read_all(&log, 0).into_iter().map(|r| (r.offset, r.key, r.value)).collect();
+    let survivors: Vec<(i64, Option<Bytes>, Option<Bytes>)> = read_all(&log, 0)
+        .into_iter()
+        .map(|r| (r.offset, r.key, r.value))
+        .collect();
     let b = |s: &str| Some(Bytes::copy_from_slice(s.as_bytes()));
-    let mut expected: Vec<(i64, Option<Bytes>, Option<Bytes>)> =
-        (2..10).map(|k| (190 + k, b(&format!("k{k}")), b("v19"))).collect();
+    let mut expected: Vec<(i64, Option<Bytes>, Option<Bytes>)> = (2..10)
+        .map(|k| (190 + k, b(&format!("k{k}")), b("v19")))
+        .collect();
     expected.push((200, None, b("unkeyed")));
     expected.push((202, b("k1"), None));
     assert_eq!(survivors, expected);
     assert_eq!(report.records_removed, 203 - 10);
     assert!(report.bytes_after < report.bytes_before);
     assert_eq!(log.high_water_mark(0).unwrap(), 203);
-    assert_eq!(log.append(0, vec![value("next")]).await.unwrap(), (203, 203), "offsets are never reused");
+    assert_eq!(
+        log.append(0, vec![value("next")]).await.unwrap(),
+        (203, 203),
+        "offsets are never reused"
+    );
 
     // A second pass after the tombstone aged out removes it; reopen keeps the result.
     log.compact_partition(0, now + 120_000).unwrap();
@@ -303,25 +442,44 @@ async fn compaction_keeps_the_latest_value_per_key_with_offsets_and_gaps() {
 async fn a_bounded_key_map_compacts_a_prefix_per_pass_and_converges() {
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions {
-        compaction: CompactionPolicy { max_key_map_bytes: 1, ..CompactionPolicy::default() },
+        compaction: CompactionPolicy {
+            max_key_map_bytes: 1,
+            ..CompactionPolicy::default()
+        },
         ..small_segments()
     };
     let store = Store::open(dir.path()).unwrap();
     let log = store.open_log("l", 1, options).unwrap();
     for round in 0..10 {
         for k in 0..30 {
-            log.append(0, vec![keyed(0, &format!("key-{k}"), Some(&format!("{round:0>60}")))]).await.unwrap();
+            log.append(
+                0,
+                vec![keyed(
+                    0,
+                    &format!("key-{k}"),
+                    Some(&format!("{round:0>60}")),
+                )],
+            )
+            .await
+            .unwrap();
         }
     }
     let segments = log.stats()[0].segments;
     let first = log.compact_partition(0, 0).unwrap();
-    assert!(first.bytes_before <= 4096, "the first pass covers only the first segment: {first:?}");
+    assert!(
+        first.bytes_before <= 4096,
+        "the first pass covers only the first segment: {first:?}"
+    );
     for _ in 0..segments {
         log.compact_partition(0, 0).unwrap();
     }
     // Once every segment was covered, only the latest record of each key is left.
     let records = read_all(&log, 0);
-    assert_eq!(records.len(), 30, "passes over successive dirty segments converge");
+    assert_eq!(
+        records.len(),
+        30,
+        "passes over successive dirty segments converge"
+    );
     let mut latest = std::collections::HashMap::new();
     for r in &records {
         latest.insert(r.key.clone().unwrap(), r.value.clone().unwrap());
@@ -335,17 +493,25 @@ async fn background_maintenance_applies_retention() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let options = LogOptions {
-        retention: RetentionPolicy { max_bytes: Some(5_000), max_age: None },
+        retention: RetentionPolicy {
+            max_bytes: Some(5_000),
+            max_age: None,
+        },
         maintenance_interval: Some(Duration::from_millis(20)),
         ..small_segments()
     };
     let log = store.open_log("l", 1, options).unwrap();
     for i in 0..100 {
-        log.append(0, vec![value(&format!("{i:0>150}"))]).await.unwrap();
+        log.append(0, vec![value(&format!("{i:0>150}"))])
+            .await
+            .unwrap();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while log.low_water_mark(0).unwrap() == 0 {
-        assert!(std::time::Instant::now() < deadline, "maintenance never ran");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "maintenance never ran"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     log.close().await.unwrap();

@@ -15,7 +15,11 @@ use strata::log::CompactionPolicy;
 use strata::{LogOptions, Store};
 
 #[derive(Parser)]
-#[command(name = "strata", version, about = "Strata: an embedded, durable, partitioned log store")]
+#[command(
+    name = "strata",
+    version,
+    about = "Strata: an embedded, durable, partitioned log store"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -71,9 +75,17 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { dir, events, publishers } => runtime().and_then(|rt| rt.block_on(demo(dir, events, publishers))),
-        Command::Bench { dir, records } => runtime().and_then(|rt| rt.block_on(bench(dir, records))),
-        Command::Inspect { dir } => strata::tools::inspect_store(&dir, &mut std::io::stdout()).map_err(|e| e.to_string()),
+        Command::Demo {
+            dir,
+            events,
+            publishers,
+        } => runtime().and_then(|rt| rt.block_on(demo(dir, events, publishers))),
+        Command::Bench { dir, records } => {
+            runtime().and_then(|rt| rt.block_on(bench(dir, records)))
+        }
+        Command::Inspect { dir } => {
+            strata::tools::inspect_store(&dir, &mut std::io::stdout()).map_err(|e| e.to_string())
+        }
         Command::Verify { dir } => verify(&dir),
         Command::Dump { segment } => {
             strata::tools::dump_segment(&segment, &mut std::io::stdout()).map_err(|e| e.to_string())
@@ -104,13 +116,21 @@ fn verify(dir: &std::path::Path) -> Result<(), String> {
     );
     for f in &report.findings {
         let kind = if f.corrupt { "CORRUPT" } else { "note" };
-        println!("{kind}: {} at byte {}: {}", f.file.display(), f.offset, f.problem);
+        println!(
+            "{kind}: {} at byte {}: {}",
+            f.file.display(),
+            f.offset,
+            f.problem
+        );
     }
     if report.is_clean() {
         println!("ok");
         Ok(())
     } else {
-        Err(format!("{} corrupt structure(s) found", report.findings.iter().filter(|f| f.corrupt).count()))
+        Err(format!(
+            "{} corrupt structure(s) found",
+            report.findings.iter().filter(|f| f.corrupt).count()
+        ))
     }
 }
 
@@ -121,8 +141,12 @@ fn compact(dir: &std::path::Path, name: &str) -> Result<(), String> {
         .into_iter()
         .find(|l| l.name == name)
         .ok_or_else(|| format!("the store has no log {name:?}"))?;
-    let log = store.open_log(name, entry.partitions, LogOptions::default()).map_err(|e| e.to_string())?;
-    let report = log.compact_blocking(strata::now_ms()).map_err(|e| e.to_string())?;
+    let log = store
+        .open_log(name, entry.partitions, LogOptions::default())
+        .map_err(|e| e.to_string())?;
+    let report = log
+        .compact_blocking(strata::now_ms())
+        .map_err(|e| e.to_string())?;
     println!(
         "compacted {name}: {} record(s) removed, {} segment(s) rewritten, {} removed, {} -> {} bytes",
         report.records_removed, report.segments_rewritten, report.segments_removed, report.bytes_before, report.bytes_after
@@ -156,7 +180,9 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
     };
     println!("strata demo: store at {}", dir.display());
     let store = Store::open(&dir).map_err(err)?;
-    let log = store.open_log("demo", PARTITIONS, options.clone()).map_err(err)?;
+    let log = store
+        .open_log("demo", PARTITIONS, options.clone())
+        .map_err(err)?;
     let events_log = Arc::new(DiskEventLog::new(log.clone()));
     let before = events_log.high_water_marks().await.map_err(merr)?;
     println!(
@@ -168,7 +194,10 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
     let starts = before
         .iter()
         .enumerate()
-        .map(|(p, &h)| PartitionStart { partition: p as i32, start_offset: h })
+        .map(|(p, &h)| PartitionStart {
+            partition: p as i32,
+            start_offset: h,
+        })
         .collect();
     let (mut stream, _handle) = events_log.subscribe(starts);
     let delivered = Arc::new(AtomicU64::new(0));
@@ -216,10 +245,17 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
 
     // A keyed group: one durability round trip for records on every partition.
     let group: Vec<KeyedEvent> = (0..PARTITIONS as i32)
-        .map(|p| KeyedEvent { partition: p, key: Bytes::from(format!("group-{p}")), event: None })
+        .map(|p| KeyedEvent {
+            partition: p,
+            key: Bytes::from(format!("group-{p}")),
+            event: None,
+        })
         .collect();
     let offsets = events_log.publish_keyed_group(group).await.map_err(merr)?;
-    println!("published a group of {} tombstones in one round trip at offsets {offsets:?}", offsets.len());
+    println!(
+        "published a group of {} tombstones in one round trip at offsets {offsets:?}",
+        offsets.len()
+    );
 
     tokio::time::timeout(Duration::from_secs(60), subscriber)
         .await
@@ -253,7 +289,10 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
             visited += 1;
             Ok(())
         };
-        events_log.visit_range(p, lows[p as usize], highs[p as usize], &mut visit).await.map_err(merr)?;
+        events_log
+            .visit_range(p, lows[p as usize], highs[p as usize], &mut visit)
+            .await
+            .map_err(merr)?;
     }
     println!(
         "visit_range over every partition: {visited} retained record(s) in {:.2?} (at most one 1 MiB page in memory)",
@@ -266,9 +305,14 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
     drop(store);
     let store = Store::open(&dir).map_err(err)?;
     let log = store.open_log("demo", PARTITIONS, options).map_err(err)?;
-    let reopened: Vec<i64> = (0..PARTITIONS).map(|p| log.high_water_mark(p)).collect::<Result<_, _>>().map_err(err)?;
+    let reopened: Vec<i64> = (0..PARTITIONS)
+        .map(|p| log.high_water_mark(p))
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
     if reopened != highs {
-        return Err(format!("after reopen the high-water marks are {reopened:?}, expected {highs:?}"));
+        return Err(format!(
+            "after reopen the high-water marks are {reopened:?}, expected {highs:?}"
+        ));
     }
     println!("reopened the store: high-water marks {reopened:?} survived");
     log.close().await.map_err(err)?;
@@ -286,11 +330,36 @@ async fn bench(dir: Option<PathBuf>, records: usize) -> Result<(), String> {
         }
     };
     let workloads = [
-        AppendWorkload { records: records / 4, value_size: 100, writers: 1, sync: true },
-        AppendWorkload { records, value_size: 100, writers: 64, sync: true },
-        AppendWorkload { records, value_size: 1024, writers: 64, sync: true },
-        AppendWorkload { records, value_size: 100, writers: 4, sync: false },
-        AppendWorkload { records, value_size: 1024, writers: 4, sync: false },
+        AppendWorkload {
+            records: records / 4,
+            value_size: 100,
+            writers: 1,
+            sync: true,
+        },
+        AppendWorkload {
+            records,
+            value_size: 100,
+            writers: 64,
+            sync: true,
+        },
+        AppendWorkload {
+            records,
+            value_size: 1024,
+            writers: 64,
+            sync: true,
+        },
+        AppendWorkload {
+            records,
+            value_size: 100,
+            writers: 4,
+            sync: false,
+        },
+        AppendWorkload {
+            records,
+            value_size: 1024,
+            writers: 4,
+            sync: false,
+        },
     ];
     println!("Strata vs RocksDB, same work, same run (speedup = RocksDB time / Strata time)");
     let results = compare(&root, &workloads).await;
@@ -309,7 +378,11 @@ async fn bench(dir: Option<PathBuf>, records: usize) -> Result<(), String> {
 }
 
 fn tempfile_dir() -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(format!("strata-bench-{}-{}", std::process::id(), strata::now_ms()));
+    let dir = std::env::temp_dir().join(format!(
+        "strata-bench-{}-{}",
+        std::process::id(),
+        strata::now_ms()
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     Ok(dir)
 }

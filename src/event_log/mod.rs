@@ -9,8 +9,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use seam::{
-    AssignmentHandle, KeyedEvent, MetadataEventLog, MetadataEventRecord, MetadataEventStream, MetadataLogError,
-    PartitionStart, RangeVisitor,
+    AssignmentHandle, KeyedEvent, MetadataEventLog, MetadataEventRecord, MetadataEventStream,
+    MetadataLogError, PartitionStart, RangeVisitor,
 };
 
 use crate::error::StoreError;
@@ -85,11 +85,16 @@ impl DiskEventLog {
         Ok(first)
     }
 
-    fn marks(&self, f: impl Fn(u32) -> Result<i64, StoreError>) -> Result<Vec<i64>, MetadataLogError> {
+    fn marks(
+        &self,
+        f: impl Fn(u32) -> Result<i64, StoreError>,
+    ) -> Result<Vec<i64>, MetadataLogError> {
         if self.log.is_closed() {
             return Err(MetadataLogError::Closed);
         }
-        (0..self.log.partition_count()).map(|p| f(p).map_err(Into::into)).collect()
+        (0..self.log.partition_count())
+            .map(|p| f(p).map_err(Into::into))
+            .collect()
     }
 }
 
@@ -100,10 +105,14 @@ impl MetadataEventLog for DiskEventLog {
     }
 
     async fn publish(&self, partition: i32, event: Bytes) -> Result<i64, MetadataLogError> {
-        self.append_one(partition, NewRecord::value(crate::now_ms(), event)).await
+        self.append_one(partition, NewRecord::value(crate::now_ms(), event))
+            .await
     }
 
-    fn subscribe(&self, assignment: Vec<PartitionStart>) -> (MetadataEventStream, Arc<dyn AssignmentHandle>) {
+    fn subscribe(
+        &self,
+        assignment: Vec<PartitionStart>,
+    ) -> (MetadataEventStream, Arc<dyn AssignmentHandle>) {
         subscription::subscribe(&self.log, assignment)
     }
 
@@ -111,13 +120,22 @@ impl MetadataEventLog for DiskEventLog {
         self.marks(|p| self.log.high_water_mark(p))
     }
 
-    async fn publish_keyed(&self, partition: i32, key: Bytes, event: Option<Bytes>) -> Result<i64, MetadataLogError> {
-        self.append_one(partition, NewRecord::keyed(crate::now_ms(), key, event)).await
+    async fn publish_keyed(
+        &self,
+        partition: i32,
+        key: Bytes,
+        event: Option<Bytes>,
+    ) -> Result<i64, MetadataLogError> {
+        self.append_one(partition, NewRecord::keyed(crate::now_ms(), key, event))
+            .await
     }
 
     /// Validates every partition first, then submits the whole group as one write request: one
     /// durability round trip, records of a partition appended in the order given.
-    async fn publish_keyed_group(&self, events: Vec<KeyedEvent>) -> Result<Vec<i64>, MetadataLogError> {
+    async fn publish_keyed_group(
+        &self,
+        events: Vec<KeyedEvent>,
+    ) -> Result<Vec<i64>, MetadataLogError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
@@ -127,7 +145,12 @@ impl MetadataEventLog for DiskEventLog {
         let now = crate::now_ms();
         let items = events
             .into_iter()
-            .map(|e| (e.partition as u32, vec![NewRecord::keyed(now, e.key, e.event)]))
+            .map(|e| {
+                (
+                    e.partition as u32,
+                    vec![NewRecord::keyed(now, e.key, e.event)],
+                )
+            })
             .collect();
         let ranges = self.log.append_many(items).await?;
         Ok(ranges.into_iter().map(|(first, _)| first).collect())

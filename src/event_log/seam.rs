@@ -70,7 +70,8 @@ pub struct KeyedEvent {
 pub type MetadataEventStream = Pin<Box<dyn Stream<Item = MetadataEventRecord> + Send + 'static>>;
 
 /// The visitor of [`MetadataEventLog::visit_range`]; an `Err` stops the read and is returned.
-pub type RangeVisitor<'a> = dyn FnMut(MetadataEventRecord) -> Result<(), MetadataLogError> + Send + 'a;
+pub type RangeVisitor<'a> =
+    dyn FnMut(MetadataEventRecord) -> Result<(), MetadataLogError> + Send + 'a;
 
 /// Edits the live assignment of a subscription.
 pub trait AssignmentHandle: Send + Sync {
@@ -96,20 +97,31 @@ pub trait MetadataEventLog: Send + Sync {
     async fn publish(&self, partition: i32, event: Bytes) -> Result<i64, MetadataLogError>;
 
     /// Consumes the given partitions from their inclusive start offsets.
-    fn subscribe(&self, assignment: Vec<PartitionStart>) -> (MetadataEventStream, Arc<dyn AssignmentHandle>);
+    fn subscribe(
+        &self,
+        assignment: Vec<PartitionStart>,
+    ) -> (MetadataEventStream, Arc<dyn AssignmentHandle>);
 
     /// One past the highest written offset of each partition (0 when empty).
     async fn high_water_marks(&self) -> Result<Vec<i64>, MetadataLogError>;
 
     /// Appends a keyed value, or a tombstone when `event` is `None`.
-    async fn publish_keyed(&self, _partition: i32, _key: Bytes, _event: Option<Bytes>) -> Result<i64, MetadataLogError> {
+    async fn publish_keyed(
+        &self,
+        _partition: i32,
+        _key: Bytes,
+        _event: Option<Bytes>,
+    ) -> Result<i64, MetadataLogError> {
         Err(MetadataLogError::Publish(
             "this transport does not support keyed publication".into(),
         ))
     }
 
     /// Appends a group of keyed records and waits until every one is acknowledged.
-    async fn publish_keyed_group(&self, events: Vec<KeyedEvent>) -> Result<Vec<i64>, MetadataLogError> {
+    async fn publish_keyed_group(
+        &self,
+        events: Vec<KeyedEvent>,
+    ) -> Result<Vec<i64>, MetadataLogError> {
         let mut offsets = Vec::with_capacity(events.len());
         for e in events {
             offsets.push(self.publish_keyed(e.partition, e.key, e.event).await?);

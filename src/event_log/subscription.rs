@@ -45,8 +45,13 @@ impl Subscription {
 
 impl AssignmentHandle for Subscription {
     fn add(&self, start: PartitionStart) {
-        let Ok(partition) = u32::try_from(start.partition) else { return };
-        let (Ok(low), Ok(high)) = (self.log.low_water_mark(partition), self.log.high_water_mark(partition)) else {
+        let Ok(partition) = u32::try_from(start.partition) else {
+            return;
+        };
+        let (Ok(low), Ok(high)) = (
+            self.log.low_water_mark(partition),
+            self.log.high_water_mark(partition),
+        ) else {
             return;
         };
         let mut state = self.lock();
@@ -57,7 +62,9 @@ impl AssignmentHandle for Subscription {
         let generation = state.next_generation;
         // Negative starts replay from the beginning; a start past the end waits for new records.
         let next = start.start_offset.clamp(low, high.max(low));
-        state.cursors.insert(start.partition, Cursor { next, generation });
+        state
+            .cursors
+            .insert(start.partition, Cursor { next, generation });
         drop(state);
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
@@ -82,7 +89,10 @@ struct StreamState {
 }
 
 /// Creates a subscription over `log` starting at `assignment`.
-pub(crate) fn subscribe(log: &Log, assignment: Vec<PartitionStart>) -> (MetadataEventStream, Arc<dyn AssignmentHandle>) {
+pub(crate) fn subscribe(
+    log: &Log,
+    assignment: Vec<PartitionStart>,
+) -> (MetadataEventStream, Arc<dyn AssignmentHandle>) {
     let (changed, assignment_rx) = watch::channel(0u64);
     let commits = log.commits();
     let sub = Arc::new(Subscription {
@@ -136,10 +146,12 @@ async fn refill(st: &mut StreamState) -> Option<bool> {
             continue;
         }
         let log = st.sub.log.clone();
-        let page = tokio::task::spawn_blocking(move || log.read(partition as u32, cursor.next, PAGE_BYTES))
-            .await
-            .ok()?
-            .ok()?;
+        let page = tokio::task::spawn_blocking(move || {
+            log.read(partition as u32, cursor.next, PAGE_BYTES)
+        })
+        .await
+        .ok()?
+        .ok()?;
         st.last_partition = partition;
         if page.records.is_empty() {
             // A compacted gap or retention moved past the cursor: step over it.
@@ -151,8 +163,11 @@ async fn refill(st: &mut StreamState) -> Option<bool> {
             }
             return Some(true);
         }
-        st.buffer
-            .extend(page.records.into_iter().map(|r| (cursor.generation, to_event(partition, r))));
+        st.buffer.extend(
+            page.records
+                .into_iter()
+                .map(|r| (cursor.generation, to_event(partition, r))),
+        );
         return Some(true);
     }
     Some(false)

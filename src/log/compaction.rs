@@ -23,10 +23,10 @@ use super::partition::Partition;
 use super::retention::remove_segments;
 use super::Log;
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::segment::writer::{sync_dir, write_file};
+use crate::fs::{sync_dir, write_file};
 use crate::segment::{
-    decode_batch, decode_header, encode_batch, index_file_name, segment_file_name, Record, SealedSegment,
-    SegmentWriter, SEGMENT_HEADER_LEN,
+    decode_batch, decode_header, encode_batch, index_file_name, segment_file_name, Record,
+    SealedSegment, SegmentWriter, SEGMENT_HEADER_LEN,
 };
 
 /// Encoded bytes per batch in a rewritten segment.
@@ -67,8 +67,8 @@ pub(crate) fn for_each_batch(
     let bytes = segment.bytes();
     let mut pos = SEGMENT_HEADER_LEN;
     while pos < bytes.len() {
-        let (header, records) =
-            decode_batch(&bytes[pos..]).map_err(|e| StoreError::corrupt(segment.path(), pos as u64, e))?;
+        let (header, records) = decode_batch(&bytes[pos..])
+            .map_err(|e| StoreError::corrupt(segment.path(), pos as u64, e))?;
         f(records)?;
         pos += header.len();
     }
@@ -98,7 +98,10 @@ impl Log {
         let p = self.partition(partition)?;
         let clean_end = *p.maintenance.lock().unwrap_or_else(|e| e.into_inner());
         let view = p.view();
-        let active = view.active.committed_len().saturating_sub(SEGMENT_HEADER_LEN as u64);
+        let active = view
+            .active
+            .committed_len()
+            .saturating_sub(SEGMENT_HEADER_LEN as u64);
         let mut total = active;
         let mut dirty = active;
         for s in &view.sealed {
@@ -108,7 +111,11 @@ impl Log {
                 dirty += len;
             }
         }
-        Ok(if total == 0 { 0.0 } else { dirty as f64 / total as f64 })
+        Ok(if total == 0 {
+            0.0
+        } else {
+            dirty as f64 / total as f64
+        })
     }
 
     /// Runs one compaction pass over `partition` as of `now_ms` (blocking).
@@ -144,7 +151,8 @@ impl Log {
             }
         }
 
-        let delete_before = now_ms.saturating_sub(policy.delete_retention.as_millis().min(i64::MAX as u128) as i64);
+        let delete_before =
+            now_ms.saturating_sub(policy.delete_retention.as_millis().min(i64::MAX as u128) as i64);
         let keep = |r: &Record| match &r.key {
             None => true,
             Some(key) => match latest.get(key) {
@@ -199,27 +207,40 @@ impl Log {
     }
 
     /// Writes `kept` as a new file, syncs it and renames it over `segment`'s file.
-    fn rewrite_segment(&self, p: &Partition, segment: &SealedSegment, kept: &[Record]) -> StoreResult<SealedSegment> {
+    fn rewrite_segment(
+        &self,
+        p: &Partition,
+        segment: &SealedSegment,
+        kept: &[Record],
+    ) -> StoreResult<SealedSegment> {
         let base = segment.index().base_offset;
         let path = p.dir.join(segment_file_name(base));
         let tmp = p.dir.join(format!("{}.tmp", segment_file_name(base)));
         let index_path = p.dir.join(index_file_name(base));
         let index_tmp = p.dir.join(format!("{}.tmp", index_file_name(base)));
         let _ = std::fs::remove_file(&tmp);
-        let mut writer = SegmentWriter::create(&tmp, base, self.inner.options.index_interval_bytes)?;
+        let mut writer =
+            SegmentWriter::create(&tmp, base, self.inner.options.index_interval_bytes)?;
         let mut buffer = Vec::new();
         let mut start = 0;
         while start < kept.len() {
             let mut end = start;
             let mut bytes = 0;
-            while end < kept.len() && (end == start || bytes + kept[end].encoded_len() <= REWRITE_BATCH_BYTES) {
+            while end < kept.len()
+                && (end == start || bytes + kept[end].encoded_len() <= REWRITE_BATCH_BYTES)
+            {
                 bytes += kept[end].encoded_len();
                 end += 1;
             }
             buffer.clear();
-            encode_batch(&kept[start..end], self.inner.options.compression, &mut buffer)?;
-            let header = decode_header(&buffer)
-                .map_err(|e| StoreError::Invalid(format!("encoder produced an invalid header: {e}")))?;
+            encode_batch(
+                &kept[start..end],
+                self.inner.options.compression,
+                &mut buffer,
+            )?;
+            let header = decode_header(&buffer).map_err(|e| {
+                StoreError::Invalid(format!("encoder produced an invalid header: {e}"))
+            })?;
             writer.append(&buffer, &header)?;
             start = end;
         }

@@ -87,13 +87,16 @@ impl Log {
     ) -> StoreResult<Self> {
         options.validate().map_err(StoreError::Invalid)?;
         if partitions == 0 || partitions > i32::MAX as u32 {
-            return Err(StoreError::Invalid("a log needs at least one partition".into()));
+            return Err(StoreError::Invalid(
+                "a log needs at least one partition".into(),
+            ));
         }
         let mut shared = Vec::with_capacity(partitions as usize);
         let mut writers = Vec::with_capacity(partitions as usize);
         let mut recovery = Vec::with_capacity(partitions as usize);
         for id in 0..partitions {
-            let (partition, active, report) = Partition::open(dir.join(id.to_string()), id, &options)?;
+            let (partition, active, report) =
+                Partition::open(dir.join(id.to_string()), id, &options)?;
             let partition = Arc::new(partition);
             shared.push(partition.clone());
             writers.push((partition, active));
@@ -102,7 +105,12 @@ impl Log {
         let (commits, _) = watch::channel(0u64);
         let (tx, rx) = std::sync::mpsc::channel();
         let sync_rounds = Arc::new(AtomicU64::new(0));
-        let writer = Writer::new(writers, options.clone(), commits.clone(), sync_rounds.clone());
+        let writer = Writer::new(
+            writers,
+            options.clone(),
+            commits.clone(),
+            sync_rounds.clone(),
+        );
         let handle = std::thread::Builder::new()
             .name(format!("strata-writer-{name}"))
             .spawn(move || writer.run(rx))
@@ -144,7 +152,11 @@ impl Log {
                 let _ = log.run_maintenance(crate::now_ms());
             })
             .map_err(|e| StoreError::io(&self.inner.dir, e))?;
-        *self.inner.maintenance.lock().unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
+        *self
+            .inner
+            .maintenance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
         Ok(())
     }
 
@@ -210,7 +222,11 @@ impl Log {
         if self.is_closed() {
             return Err(StoreError::Closed);
         }
-        let guard = self.inner.commands.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = self
+            .inner
+            .commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         guard
             .as_ref()
             .ok_or(StoreError::Closed)?
@@ -220,7 +236,11 @@ impl Log {
 
     /// Appends `records` to `partition` as one batch; resolves to the first and last offsets
     /// once the records are durable (or acknowledged, under `Durability::Interval`).
-    pub async fn append(&self, partition: u32, records: Vec<NewRecord>) -> StoreResult<OffsetRange> {
+    pub async fn append(
+        &self,
+        partition: u32,
+        records: Vec<NewRecord>,
+    ) -> StoreResult<OffsetRange> {
         let mut ranges = self.append_many(vec![(partition, records)]).await?;
         ranges.pop().ok_or(StoreError::Closed)
     }
@@ -228,14 +248,19 @@ impl Log {
     /// Appends several items (each to its partition) in one durability round trip. Resolves to the
     /// offset ranges in the order given; on error, any subset of the items may have been appended,
     /// and none is still in flight.
-    pub async fn append_many(&self, items: Vec<(u32, Vec<NewRecord>)>) -> StoreResult<Vec<OffsetRange>> {
+    pub async fn append_many(
+        &self,
+        items: Vec<(u32, Vec<NewRecord>)>,
+    ) -> StoreResult<Vec<OffsetRange>> {
         for (partition, records) in &items {
             self.partition(*partition)?;
             if records.is_empty() {
                 return Err(StoreError::Encode(crate::segment::EncodeError::Empty));
             }
             if records.iter().any(|r| r.key.is_none() && r.value.is_none()) {
-                return Err(StoreError::Encode(crate::segment::EncodeError::UnkeyedTombstone));
+                return Err(StoreError::Encode(
+                    crate::segment::EncodeError::UnkeyedTombstone,
+                ));
             }
         }
         let (reply, rx) = oneshot::channel();
@@ -318,13 +343,22 @@ impl Log {
 
 impl LogInner {
     fn shutdown(&self) -> StoreResult<()> {
-        if let Some((stop, handle)) = self.maintenance.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some((stop, handle)) = self
+            .maintenance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             drop(stop);
             if handle.thread().id() != std::thread::current().id() {
                 let _ = handle.join();
             }
         }
-        let sender = self.commands.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let sender = self
+            .commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let mut result = Ok(());
         if let Some(sender) = sender {
             let (reply, rx) = std::sync::mpsc::channel();

@@ -9,8 +9,8 @@ use super::options::LogOptions;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::segment::recovery::{open_last, open_sealed};
 use crate::segment::{
-    index_file_name, segment_file_name, ActiveSegment, ReadStop, Record, SealedSegment, SegmentRecovery,
-    SegmentWriter,
+    index_file_name, segment_file_name, ActiveSegment, ReadStop, Record, SealedSegment,
+    SegmentRecovery, SegmentWriter,
 };
 
 /// A page of records read from one partition.
@@ -88,8 +88,12 @@ fn list_segments(dir: &Path) -> StoreResult<Vec<i64>> {
 
 impl Partition {
     /// Opens (or creates) partition `id` in `dir`, recovering its segments.
-    pub fn open(dir: PathBuf, id: u32, options: &LogOptions) -> StoreResult<(Self, SegmentWriter, PartitionRecovery)> {
-        std::fs::create_dir_all(&dir).at(&dir)?;
+    pub fn open(
+        dir: PathBuf,
+        id: u32,
+        options: &LogOptions,
+    ) -> StoreResult<(Self, SegmentWriter, PartitionRecovery)> {
+        crate::fs::create_dir_durable(&dir)?;
         let mut bases = list_segments(&dir)?;
         let interval = options.index_interval_bytes;
         let mut report = PartitionRecovery {
@@ -98,7 +102,7 @@ impl Partition {
         };
         if bases.is_empty() {
             SegmentWriter::create(&dir.join(segment_file_name(0)), 0, interval)?;
-            crate::segment::writer::sync_dir(&dir)?;
+            crate::fs::sync_dir(&dir)?;
             bases.push(0);
         }
         report.segments = bases.len();
@@ -113,23 +117,40 @@ impl Partition {
                 return Err(StoreError::corrupt(
                     path,
                     0,
-                    crate::segment::DecodeError::invalid("base_offset", "overlaps the previous segment"),
+                    crate::segment::DecodeError::invalid(
+                        "base_offset",
+                        "overlaps the previous segment",
+                    ),
                 ));
             }
             Ok(())
         };
-        let (last_base, sealed_bases) = bases.split_last().ok_or(StoreError::Invalid("no segment".into()))?;
+        let (last_base, sealed_bases) = bases
+            .split_last()
+            .ok_or(StoreError::Invalid("no segment".into()))?;
         for &base in sealed_bases {
             let path = dir.join(segment_file_name(base));
             check_order(base, previous_last, &path)?;
-            let (segment, r) = open_sealed(&path, &dir.join(index_file_name(base)), base, options.recovery, interval)?;
+            let (segment, r) = open_sealed(
+                &path,
+                &dir.join(index_file_name(base)),
+                base,
+                options.recovery,
+                interval,
+            )?;
             note(&r);
             previous_last = segment.index().last_offset;
             sealed.push(Arc::new(segment));
         }
         let path = dir.join(segment_file_name(*last_base));
         check_order(*last_base, previous_last, &path)?;
-        let (file, index, r) = open_last(&path, &dir.join(index_file_name(*last_base)), *last_base, options.recovery, interval)?;
+        let (file, index, r) = open_last(
+            &path,
+            &dir.join(index_file_name(*last_base)),
+            *last_base,
+            options.recovery,
+            interval,
+        )?;
         note(&r);
         let high_water = (index.last_offset + 1).max(*last_base);
         let writer = SegmentWriter::resume(&path, file, index, interval)?;
@@ -191,11 +212,18 @@ impl Partition {
             });
         }
         let mut budget = max_bytes.max(1);
-        let first = view.sealed.partition_point(|s| s.index().last_offset < from);
+        let first = view
+            .sealed
+            .partition_point(|s| s.index().last_offset < from);
         for segment in &view.sealed[first..] {
             from = from.max(segment.index().base_offset);
             match segment.read((from, high_water), &mut budget, &mut records)? {
-                ReadStop::Budget(next) => return Ok(ReadPage { records, next_offset: next }),
+                ReadStop::Budget(next) => {
+                    return Ok(ReadPage {
+                        records,
+                        next_offset: next,
+                    })
+                }
                 ReadStop::Bound => {
                     return Ok(ReadPage {
                         records,
@@ -206,10 +234,16 @@ impl Partition {
             }
         }
         from = from.max(view.active.base_offset());
-        let next_offset = match view.active.read((from, high_water), &mut budget, &mut records)? {
+        let next_offset = match view
+            .active
+            .read((from, high_water), &mut budget, &mut records)?
+        {
             ReadStop::Budget(next) => next,
             ReadStop::Bound | ReadStop::EndOfSegment => high_water,
         };
-        Ok(ReadPage { records, next_offset })
+        Ok(ReadPage {
+            records,
+            next_offset,
+        })
     }
 }

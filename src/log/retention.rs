@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::partition::Partition;
 use super::Log;
 use crate::error::{IoContext, StoreResult};
-use crate::segment::writer::sync_dir;
+use crate::fs::sync_dir;
 use crate::segment::{index_file_name, segment_file_name, SealedSegment};
 
 /// What one retention pass deleted.
@@ -20,12 +20,16 @@ pub struct RetentionReport {
 
 /// Removes `doomed` segments from the view, then unlinks their files (mapped readers keep the
 /// inode alive until they drop their mapping, so this is safe while reads are in flight).
-pub(crate) fn remove_segments(partition: &Partition, doomed: &[Arc<SealedSegment>]) -> StoreResult<()> {
+pub(crate) fn remove_segments(
+    partition: &Partition,
+    doomed: &[Arc<SealedSegment>],
+) -> StoreResult<()> {
     if doomed.is_empty() {
         return Ok(());
     }
     partition.update_view(|view| {
-        view.sealed.retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(s, d)));
+        view.sealed
+            .retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(s, d)));
     });
     for segment in doomed {
         let base = segment.index().base_offset;
@@ -57,9 +61,16 @@ impl Log {
         if policy.max_bytes.is_none() && policy.max_age.is_none() {
             return Ok(RetentionReport::default());
         }
-        let _guard = partition.maintenance.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = partition
+            .maintenance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let view = partition.view();
-        let mut size: u64 = view.sealed.iter().map(|s| s.index().segment_len).sum::<u64>()
+        let mut size: u64 = view
+            .sealed
+            .iter()
+            .map(|s| s.index().segment_len)
+            .sum::<u64>()
             + view.active.committed_len();
         let oldest_kept = policy
             .max_age

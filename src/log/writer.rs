@@ -5,8 +5,8 @@
 //! publishes the new high-water marks and acknowledges every request of the round. With
 //! `Durability::Interval` it acknowledges after the write and syncs on a timer instead.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,10 +15,10 @@ use tokio::sync::{oneshot, watch};
 use super::options::{Durability, LogOptions};
 use super::partition::Partition;
 use crate::error::{StoreError, StoreResult};
-use crate::segment::writer::{sync_dir, write_file};
+use crate::fs::{sync_dir, write_file};
 use crate::segment::{
-    decode_header, encode_batch, index_file_name, segment_file_name, NewRecord, Record, SealedSegment,
-    SegmentWriter,
+    decode_header, encode_batch, index_file_name, segment_file_name, NewRecord, Record,
+    SealedSegment, SegmentWriter,
 };
 
 /// Encoded records per batch when one request carries many records.
@@ -40,9 +40,13 @@ pub(crate) enum Command {
         reply: std::sync::mpsc::Sender<StoreResult<()>>,
     },
     /// Make everything written so far durable.
-    Sync { reply: oneshot::Sender<StoreResult<()>> },
+    Sync {
+        reply: oneshot::Sender<StoreResult<()>>,
+    },
     /// Sync, write the active indexes and stop.
-    Shutdown { reply: std::sync::mpsc::Sender<StoreResult<()>> },
+    Shutdown {
+        reply: std::sync::mpsc::Sender<StoreResult<()>>,
+    },
 }
 
 struct PartitionWriter {
@@ -160,7 +164,10 @@ impl Writer {
             for p in pending {
                 let result = match p.result {
                     Ok(ranges) => match p.partitions.iter().find_map(|&i| {
-                        self.partitions[i as usize].poisoned.as_deref().map(|r| poisoned(i, r))
+                        self.partitions[i as usize]
+                            .poisoned
+                            .as_deref()
+                            .map(|r| poisoned(i, r))
                     }) {
                         Some(err) => Err(err),
                         None => Ok(ranges),
@@ -176,9 +183,10 @@ impl Writer {
                     }
                     Command::Sync { reply } => {
                         self.sync_dirty();
-                        let result = self.partitions.iter().find_map(|p| {
-                            p.poisoned.as_deref().map(|r| poisoned(p.shared.id, r))
-                        });
+                        let result = self
+                            .partitions
+                            .iter()
+                            .find_map(|p| p.poisoned.as_deref().map(|r| poisoned(p.shared.id, r)));
                         let _ = reply.send(result.map_or(Ok(()), Err));
                     }
                     Command::Shutdown { reply } => {
@@ -208,7 +216,11 @@ impl Writer {
         }
     }
 
-    fn append_records(&mut self, partition: u32, records: Vec<NewRecord>) -> StoreResult<OffsetRange> {
+    fn append_records(
+        &mut self,
+        partition: u32,
+        records: Vec<NewRecord>,
+    ) -> StoreResult<OffsetRange> {
         let index = partition as usize;
         if let Some(reason) = &self.partitions[index].poisoned {
             return Err(poisoned(partition, reason));
@@ -226,7 +238,9 @@ impl Writer {
         while start < records.len() {
             let mut end = start;
             let mut bytes = 0;
-            while end < records.len() && (end == start || bytes + records[end].encoded_len() <= TARGET_BATCH_BYTES) {
+            while end < records.len()
+                && (end == start || bytes + records[end].encoded_len() <= TARGET_BATCH_BYTES)
+            {
                 bytes += records[end].encoded_len();
                 end += 1;
             }
@@ -281,7 +295,11 @@ impl Writer {
         let index = p.active.shared().index();
         let old_path = p.active.path().to_path_buf();
         let base = index.base_offset;
-        write_file(&p.shared.dir.join(index_file_name(base)), &index.encode(), false)?;
+        write_file(
+            &p.shared.dir.join(index_file_name(base)),
+            &index.encode(),
+            false,
+        )?;
         let sealed = SealedSegment::map(&old_path, p.active.file(), index)?;
         let next = p.next_offset;
         let new_path = p.shared.dir.join(segment_file_name(next));
@@ -300,8 +318,11 @@ impl Writer {
 
     /// fdatasync every partition written since its last sync; several in parallel.
     fn sync_dirty(&mut self) {
-        let dirty: Vec<&mut PartitionWriter> =
-            self.partitions.iter_mut().filter(|p| p.dirty && p.poisoned.is_none()).collect();
+        let dirty: Vec<&mut PartitionWriter> = self
+            .partitions
+            .iter_mut()
+            .filter(|p| p.dirty && p.poisoned.is_none())
+            .collect();
         if dirty.is_empty() {
             self.last_sync = Instant::now();
             return;
@@ -315,8 +336,9 @@ impl Writer {
                 handles
                     .into_iter()
                     .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(StoreError::Invalid("sync thread panicked".into())))
+                        h.join().unwrap_or_else(|_| {
+                            Err(StoreError::Invalid("sync thread panicked".into()))
+                        })
                     })
                     .collect()
             })
@@ -335,7 +357,10 @@ impl Writer {
     fn publish(&mut self) {
         let mut any = false;
         for p in &mut self.partitions {
-            if p.unpublished && (p.poisoned.is_none()) && (!p.dirty || self.options.durability != Durability::Sync) {
+            if p.unpublished
+                && (p.poisoned.is_none())
+                && (!p.dirty || self.options.durability != Durability::Sync)
+            {
                 p.active.shared().publish(p.active.len());
                 p.shared.set_high_water_mark(p.next_offset);
                 p.unpublished = false;

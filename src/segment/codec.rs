@@ -144,7 +144,12 @@ pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
             "smaller than record_count - 1",
         ));
     }
-    if header.base_offset < 0 || header.base_offset.checked_add(i64::from(header.last_offset_delta)).is_none() {
+    if header.base_offset < 0
+        || header
+            .base_offset
+            .checked_add(i64::from(header.last_offset_delta))
+            .is_none()
+    {
         return Err(DecodeError::invalid("base_offset", "out of range"));
     }
     let records_len = header.records_len as usize;
@@ -223,8 +228,8 @@ pub fn decode_checked(buf: &[u8], header: &BatchHeader) -> Result<Vec<Record>, D
 
 fn decompress(stored: &[u8], expected: usize) -> Result<Bytes, DecodeError> {
     let mut out = Vec::with_capacity(expected);
-    let mut decoder =
-        zstd::stream::read::Decoder::new(stored).map_err(|e| DecodeError::Decompress(e.to_string()))?;
+    let mut decoder = zstd::stream::read::Decoder::new(stored)
+        .map_err(|e| DecodeError::Decompress(e.to_string()))?;
     // Read at most one byte past the declared length, so a bomb cannot grow `out` further.
     let limit = (expected as u64) + 1;
     std::io::copy(&mut std::io::Read::take(&mut decoder, limit), &mut out)
@@ -274,17 +279,26 @@ impl Cursor {
 fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, DecodeError> {
     let count = header.record_count as usize;
     let mut records = Vec::with_capacity(count);
-    let mut cursor = Cursor { buf: section, pos: 0 };
+    let mut cursor = Cursor {
+        buf: section,
+        pos: 0,
+    };
     let mut previous_delta: Option<u32> = None;
     let mut max_timestamp = i64::MIN;
     for index in 0..count {
         let delta = cursor.u32("offset_delta")?;
         match previous_delta {
             None if delta != 0 => {
-                return Err(DecodeError::invalid("offset_delta", "first record is not at delta 0"))
+                return Err(DecodeError::invalid(
+                    "offset_delta",
+                    "first record is not at delta 0",
+                ))
             }
             Some(prev) if delta <= prev => {
-                return Err(DecodeError::invalid("offset_delta", "not strictly increasing"))
+                return Err(DecodeError::invalid(
+                    "offset_delta",
+                    "not strictly increasing",
+                ))
             }
             _ => {}
         }
@@ -299,10 +313,16 @@ fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, D
         max_timestamp = max_timestamp.max(timestamp);
         let attributes = cursor.u8("record attributes")?;
         if attributes & !(RECORD_HAS_KEY | RECORD_HAS_VALUE) != 0 {
-            return Err(DecodeError::invalid("record attributes", "reserved bits set"));
+            return Err(DecodeError::invalid(
+                "record attributes",
+                "reserved bits set",
+            ));
         }
         if attributes & RECORD_HAS_KEY == 0 && attributes & RECORD_HAS_VALUE == 0 {
-            return Err(DecodeError::invalid("record attributes", "neither key nor value"));
+            return Err(DecodeError::invalid(
+                "record attributes",
+                "neither key nor value",
+            ));
         }
         let key = if attributes & RECORD_HAS_KEY != 0 {
             let len = cursor.u32("key_len")? as usize;
@@ -330,10 +350,16 @@ fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, D
         ));
     }
     if max_timestamp != header.max_timestamp {
-        return Err(DecodeError::invalid("max_timestamp", "differs from the records"));
+        return Err(DecodeError::invalid(
+            "max_timestamp",
+            "differs from the records",
+        ));
     }
     if cursor.pos != cursor.buf.len() {
-        return Err(DecodeError::invalid("records_len", "trailing bytes after the last record"));
+        return Err(DecodeError::invalid(
+            "records_len",
+            "trailing bytes after the last record",
+        ));
     }
     Ok(records)
 }
@@ -396,7 +422,8 @@ pub fn encode_batch(
     let stored: std::borrow::Cow<'_, [u8]> = match compression {
         Compression::None => std::borrow::Cow::Borrowed(&section[..]),
         Compression::Zstd { level } => std::borrow::Cow::Owned(
-            zstd::bulk::compress(&section, level).map_err(|e| EncodeError::Compress(e.to_string()))?,
+            zstd::bulk::compress(&section, level)
+                .map_err(|e| EncodeError::Compress(e.to_string()))?,
         ),
     };
     let batch_len = BATCH_HEADER_LEN + stored.len();
@@ -469,10 +496,16 @@ mod tests {
     #[test]
     fn rejects_bad_records() {
         let mut out = Vec::new();
-        assert_eq!(encode_batch(&[], Compression::None, &mut out), Err(EncodeError::Empty));
+        assert_eq!(
+            encode_batch(&[], Compression::None, &mut out),
+            Err(EncodeError::Empty)
+        );
         let mut bad = sample();
         bad[1].offset = 10;
-        assert_eq!(encode_batch(&bad, Compression::None, &mut out), Err(EncodeError::BadOffsets));
+        assert_eq!(
+            encode_batch(&bad, Compression::None, &mut out),
+            Err(EncodeError::BadOffsets)
+        );
         let mut bad = sample();
         bad[0].value = None;
         assert_eq!(

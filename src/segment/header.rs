@@ -43,7 +43,10 @@ pub fn decode_segment_header(buf: &[u8]) -> Result<i64, DecodeError> {
         return Err(DecodeError::UnsupportedVersion(version));
     }
     if buf[12..16] != [0; 4] || buf[28..32] != [0; 4] {
-        return Err(DecodeError::invalid("segment header", "reserved bytes not zero"));
+        return Err(DecodeError::invalid(
+            "segment header",
+            "reserved bytes not zero",
+        ));
     }
     let mut base = [0u8; 8];
     base.copy_from_slice(&buf[16..24]);

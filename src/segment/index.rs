@@ -60,7 +60,9 @@ impl SegmentIndex {
             return SEGMENT_HEADER_LEN as u64;
         }
         let relative = u32::try_from(relative).unwrap_or(u32::MAX);
-        let after = self.entries.partition_point(|e| e.relative_offset <= relative);
+        let after = self
+            .entries
+            .partition_point(|e| e.relative_offset <= relative);
         match after {
             0 => SEGMENT_HEADER_LEN as u64,
             n => u64::from(self.entries[n - 1].position),
@@ -77,10 +79,9 @@ impl SegmentIndex {
     /// Adds an entry if it keeps the entries strictly increasing; returns whether it was added.
     pub fn push(&mut self, entry: IndexEntry) -> bool {
         let fits = entry.position as usize >= SEGMENT_HEADER_LEN
-            && self
-                .entries
-                .last()
-                .is_none_or(|l| entry.relative_offset > l.relative_offset && entry.position > l.position);
+            && self.entries.last().is_none_or(|l| {
+                entry.relative_offset > l.relative_offset && entry.position > l.position
+            });
         if fits {
             self.entries.push(entry);
         }
@@ -118,7 +119,8 @@ impl SegmentIndex {
         if buf[0..8] != INDEX_MAGIC {
             return Err(DecodeError::BadMagic);
         }
-        let u32_at = |at: usize| u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+        let u32_at =
+            |at: usize| u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
         let u64_at = |at: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&buf[at..at + 8]);
@@ -134,7 +136,10 @@ impl SegmentIndex {
             .and_then(|n| n.checked_add(INDEX_HEADER_LEN))
             .ok_or(DecodeError::invalid("entry_count", "overflows"))?;
         if buf.len() != needed {
-            return Err(DecodeError::invalid("entry_count", "differs from the file length"));
+            return Err(DecodeError::invalid(
+                "entry_count",
+                "differs from the file length",
+            ));
         }
         let stored = u32_at(48);
         let computed = index_crc(buf);
@@ -142,14 +147,20 @@ impl SegmentIndex {
             return Err(DecodeError::CrcMismatch { stored, computed });
         }
         if buf[52..56] != [0; 4] {
-            return Err(DecodeError::invalid("index header", "reserved bytes not zero"));
+            return Err(DecodeError::invalid(
+                "index header",
+                "reserved bytes not zero",
+            ));
         }
         let base_offset = u64_at(16) as i64;
         let last_offset = u64_at(24) as i64;
         let max_timestamp = u64_at(32) as i64;
         let segment_len = u64_at(40);
         if base_offset < 0 || last_offset < base_offset - 1 {
-            return Err(DecodeError::invalid("last_offset", "before the base offset"));
+            return Err(DecodeError::invalid(
+                "last_offset",
+                "before the base offset",
+            ));
         }
         if segment_len < SEGMENT_HEADER_LEN as u64 || segment_len > u64::from(u32::MAX) {
             return Err(DecodeError::invalid("segment_len", "out of range"));
@@ -171,7 +182,10 @@ impl SegmentIndex {
                 || i64::from(entry.relative_offset) > last_offset - base_offset
                 || !index.push(entry)
             {
-                return Err(DecodeError::invalid("index entry", "out of order or out of range"));
+                return Err(DecodeError::invalid(
+                    "index entry",
+                    "out of order or out of range",
+                ));
             }
         }
         Ok(index)
@@ -191,9 +205,18 @@ mod tests {
 
     fn sample() -> SegmentIndex {
         let mut index = SegmentIndex::empty(100);
-        assert!(index.push(IndexEntry { relative_offset: 0, position: 32 }));
-        assert!(index.push(IndexEntry { relative_offset: 7, position: 4200 }));
-        assert!(!index.push(IndexEntry { relative_offset: 7, position: 9000 }));
+        assert!(index.push(IndexEntry {
+            relative_offset: 0,
+            position: 32
+        }));
+        assert!(index.push(IndexEntry {
+            relative_offset: 7,
+            position: 4200
+        }));
+        assert!(!index.push(IndexEntry {
+            relative_offset: 7,
+            position: 9000
+        }));
         index.last_offset = 120;
         index.max_timestamp = 5;
         index.segment_len = 9000;

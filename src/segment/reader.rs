@@ -72,7 +72,11 @@ fn collect(
         }
         if header.last_offset() >= from {
             let records = decode_checked(&image[rel..], &header).map_err(corrupt)?;
-            out.extend(records.into_iter().filter(|r| r.offset >= from && r.offset < until));
+            out.extend(
+                records
+                    .into_iter()
+                    .filter(|r| r.offset >= from && r.offset < until),
+            );
             *budget = budget.saturating_sub(header.len());
         }
         pos += header.len() as u64;
@@ -132,7 +136,12 @@ impl SealedSegment {
     }
 
     /// Reads records in `[from, until)`, spending at most about `budget` bytes of batches.
-    pub fn read(&self, range: (i64, i64), budget: &mut usize, out: &mut Vec<Record>) -> StoreResult<ReadStop> {
+    pub fn read(
+        &self,
+        range: (i64, i64),
+        budget: &mut usize,
+        out: &mut Vec<Record>,
+    ) -> StoreResult<ReadStop> {
         let start = self.index.lookup(range.0);
         let image = Image {
             file: &self.path,
@@ -197,7 +206,12 @@ impl ActiveSegment {
     }
 
     /// Reads records in `[from, until)`, spending at most about `budget` bytes of batches.
-    pub fn read(&self, range: (i64, i64), budget: &mut usize, out: &mut Vec<Record>) -> StoreResult<ReadStop> {
+    pub fn read(
+        &self,
+        range: (i64, i64),
+        budget: &mut usize,
+        out: &mut Vec<Record>,
+    ) -> StoreResult<ReadStop> {
         let end = self.committed_len();
         let mut pos = self
             .index
@@ -211,7 +225,8 @@ impl ActiveSegment {
             self.file.read_exact_at(&mut image, pos).at(&self.path)?;
             if image.len() >= BATCH_HEADER_LEN {
                 // A batch larger than the chunk: read exactly that batch.
-                let header = decode_header(&image).map_err(|e| StoreError::corrupt(&self.path, pos, e))?;
+                let header =
+                    decode_header(&image).map_err(|e| StoreError::corrupt(&self.path, pos, e))?;
                 if header.len() > want && pos + header.len() as u64 <= end {
                     want = header.len();
                     image.resize(want, 0);
@@ -228,7 +243,10 @@ impl ActiveSegment {
             match stop {
                 ReadStop::EndOfSegment if next > pos => pos = next,
                 ReadStop::EndOfSegment => {
-                    let err = crate::segment::DecodeError::Truncated { needed: BATCH_HEADER_LEN, available: (end - pos) as usize };
+                    let err = crate::segment::DecodeError::Truncated {
+                        needed: BATCH_HEADER_LEN,
+                        available: (end - pos) as usize,
+                    };
                     return Err(StoreError::corrupt(&self.path, pos, err));
                 }
                 other => return Ok(other),

@@ -11,8 +11,8 @@ use super::header::{decode_segment_header, encode_segment_header, SEGMENT_HEADER
 use super::index::SegmentIndex;
 use super::reader::SealedSegment;
 use super::scan::{index_matches, scan_segment, Scan, ScanEnd};
-use super::writer::write_file;
 use crate::error::{IoContext, StoreError, StoreResult};
+use crate::fs::write_file;
 
 /// What recovery may do with invalid bytes (after raft-engine's recovery modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,13 +53,21 @@ fn check_header(path: &Path, image: &[u8], base: i64) -> StoreResult<()> {
 }
 
 /// Decides what a scan that did not end cleanly means under `mode`: the length to keep, or an error.
-fn resolve_end(path: &Path, scan: &Scan, mode: RecoveryMode, last: bool) -> StoreResult<Option<u64>> {
+fn resolve_end(
+    path: &Path,
+    scan: &Scan,
+    mode: RecoveryMode,
+    last: bool,
+) -> StoreResult<Option<u64>> {
     match (&scan.end, mode) {
         (ScanEnd::Clean, _) => Ok(None),
-        (ScanEnd::TornTail { position, .. }, RecoveryMode::TolerateTornTail) if last => Ok(Some(*position)),
-        (ScanEnd::TornTail { position, .. } | ScanEnd::Corrupt { position, .. }, RecoveryMode::Salvage) => {
+        (ScanEnd::TornTail { position, .. }, RecoveryMode::TolerateTornTail) if last => {
             Ok(Some(*position))
         }
+        (
+            ScanEnd::TornTail { position, .. } | ScanEnd::Corrupt { position, .. },
+            RecoveryMode::Salvage,
+        ) => Ok(Some(*position)),
         (ScanEnd::TornTail { position, error } | ScanEnd::Corrupt { position, error }, _) => {
             Err(StoreError::corrupt(path, *position, error.clone()))
         }
@@ -81,12 +89,19 @@ pub fn open_sealed(
         // `SealedSegment::map`); the only truncation below happens after this map is dropped.
         let map = unsafe { Mmap::map(&file) }.at(path)?;
         check_header(path, &map, base)?;
-        if let Some(index) = read_index(index_path).filter(|i| i.base_offset == base && index_matches(&map, i)) {
+        if let Some(index) =
+            read_index(index_path).filter(|i| i.base_offset == base && index_matches(&map, i))
+        {
             drop(map);
             return Ok((SealedSegment::map(path, &file, index)?, report));
         }
         report.index_rebuilt = true;
-        let scan = scan_segment(&map, SegmentIndex::empty(base), SEGMENT_HEADER_LEN as u64, interval);
+        let scan = scan_segment(
+            &map,
+            SegmentIndex::empty(base),
+            SEGMENT_HEADER_LEN as u64,
+            interval,
+        );
         drop(map);
         match resolve_end(path, &scan, mode, false)? {
             None => {
@@ -119,7 +134,11 @@ pub fn open_last(
     interval: u64,
 ) -> StoreResult<(File, SegmentIndex, SegmentRecovery)> {
     let mut report = SegmentRecovery::default();
-    let file = OpenOptions::new().read(true).write(true).open(path).at(path)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .at(path)?;
     let len = file.metadata().at(path)?.len();
     let mut image = vec![0u8; len as usize];
     file.read_exact_at(&mut image, 0).at(path)?;
@@ -132,18 +151,23 @@ pub fn open_last(
                 scan_segment(&image, empty, SEGMENT_HEADER_LEN as u64, interval).end,
                 ScanEnd::TornTail { position, .. } if position == SEGMENT_HEADER_LEN as u64
             );
-        if (holds_data && mode != RecoveryMode::Salvage) || mode == RecoveryMode::AbsoluteConsistency {
+        if (holds_data && mode != RecoveryMode::Salvage)
+            || mode == RecoveryMode::AbsoluteConsistency
+        {
             return Err(err);
         }
         file.set_len(0).at(path)?;
-        file.write_all_at(&encode_segment_header(base), 0).at(path)?;
+        file.write_all_at(&encode_segment_header(base), 0)
+            .at(path)?;
         file.sync_all().at(path)?;
         report.truncated_bytes = len;
         report.index_rebuilt = true;
         return Ok((file, SegmentIndex::empty(base), report));
     }
 
-    let (start_index, start) = match read_index(index_path).filter(|i| i.base_offset == base && index_matches(&image, i)) {
+    let (start_index, start) = match read_index(index_path)
+        .filter(|i| i.base_offset == base && index_matches(&image, i))
+    {
         Some(mut index) => {
             let start = index.last_position();
             if let Some(last) = index.entries.last() {

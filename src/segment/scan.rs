@@ -40,7 +40,11 @@ pub struct Scan {
 }
 
 /// Checks one batch at `position` and that it continues the offsets already in `index`.
-fn batch_at(image: &[u8], position: usize, index: &SegmentIndex) -> Result<BatchHeader, DecodeError> {
+fn batch_at(
+    image: &[u8],
+    position: usize,
+    index: &SegmentIndex,
+) -> Result<BatchHeader, DecodeError> {
     let header = check_batch(&image[position..])?;
     if header.base_offset <= index.last_offset {
         return Err(DecodeError::invalid(
@@ -49,7 +53,10 @@ fn batch_at(image: &[u8], position: usize, index: &SegmentIndex) -> Result<Batch
         ));
     }
     if header.last_offset() - index.base_offset > i64::from(u32::MAX) {
-        return Err(DecodeError::invalid("base_offset", "beyond the segment's 2^32 offsets"));
+        return Err(DecodeError::invalid(
+            "base_offset",
+            "beyond the segment's 2^32 offsets",
+        ));
     }
     Ok(header)
 }
@@ -114,7 +121,11 @@ pub fn note_batch(index: &mut SegmentIndex, position: u64, header: &BatchHeader,
 
 /// True when some byte position after `position` starts a valid batch continuing `index`.
 fn valid_batch_after(image: &[u8], position: usize, index: &SegmentIndex) -> bool {
-    (position + 1..image.len()).any(|p| image[p..].len() >= 10 && image[p + 8..p + 10] == super::codec::BATCH_MAGIC && batch_at(image, p, index).is_ok())
+    (position + 1..image.len()).any(|p| {
+        image[p..].len() >= 10
+            && image[p + 8..p + 10] == super::codec::BATCH_MAGIC
+            && batch_at(image, p, index).is_ok()
+    })
 }
 
 /// Checks every index entry against the segment image: each must point at a batch header with
@@ -124,7 +135,8 @@ pub fn index_matches(image: &[u8], index: &SegmentIndex) -> bool {
         && index.entries.iter().all(|e| {
             let p = e.position as usize;
             p < image.len()
-                && super::codec::decode_header(&image[p..])
-                    .is_ok_and(|h| h.base_offset == index.base_offset + i64::from(e.relative_offset))
+                && super::codec::decode_header(&image[p..]).is_ok_and(|h| {
+                    h.base_offset == index.base_offset + i64::from(e.relative_offset)
+                })
         })
 }

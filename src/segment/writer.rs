@@ -23,21 +23,6 @@ pub fn index_file_name(base: i64) -> String {
     format!("{base:020}.idx")
 }
 
-/// Writes `bytes` to `path` and, when `sync` is set, makes them durable before returning.
-pub fn write_file(path: &Path, bytes: &[u8], sync: bool) -> StoreResult<()> {
-    let file = File::create(path).at(path)?;
-    file.write_all_at(bytes, 0).at(path)?;
-    if sync {
-        file.sync_all().at(path)?;
-    }
-    Ok(())
-}
-
-/// Makes the entries of directory `dir` (creations, renames, unlinks) durable.
-pub fn sync_dir(dir: &Path) -> StoreResult<()> {
-    File::open(dir).and_then(|d| d.sync_all()).at(dir)
-}
-
 /// An open segment file that accepts batches at its end.
 #[derive(Debug)]
 pub struct SegmentWriter {
@@ -57,13 +42,19 @@ impl SegmentWriter {
             .create_new(true)
             .open(path)
             .at(path)?;
-        file.write_all_at(&encode_segment_header(base), 0).at(path)?;
+        file.write_all_at(&encode_segment_header(base), 0)
+            .at(path)?;
         file.sync_all().at(path)?;
         Self::resume(path, file, SegmentIndex::empty(base), index_interval)
     }
 
     /// Continues appending to an existing segment whose valid content `index` describes.
-    pub fn resume(path: &Path, file: File, index: SegmentIndex, index_interval: u64) -> StoreResult<Self> {
+    pub fn resume(
+        path: &Path,
+        file: File,
+        index: SegmentIndex,
+        index_interval: u64,
+    ) -> StoreResult<Self> {
         let reader = file.try_clone().at(path)?;
         let len = index.segment_len;
         Ok(Self {

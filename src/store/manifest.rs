@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::segment::writer::{sync_dir, write_file};
+use crate::fs::{sync_dir, write_file};
 use crate::segment::DecodeError;
 
 /// Magic bytes at the start of the MANIFEST.
@@ -40,11 +40,15 @@ pub fn validate_log_name(name: &str) -> Result<(), String> {
         && name.len() <= MAX_LOG_NAME
         && name != "."
         && name != ".."
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
     if ok {
         Ok(())
     } else {
-        Err(format!("log name {name:?} must be 1-255 bytes of [A-Za-z0-9._-], not . or .."))
+        Err(format!(
+            "log name {name:?} must be 1-255 bytes of [A-Za-z0-9._-], not . or .."
+        ))
     }
 }
 
@@ -83,14 +87,18 @@ impl Manifest {
         if buf[0..8] != MANIFEST_MAGIC {
             return Err(DecodeError::BadMagic);
         }
-        let u32_at = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let u32_at =
+            |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
         let version = u32_at(buf, 8);
         if version != MANIFEST_FORMAT_VERSION {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let body_len = u32_at(buf, 12) as usize;
         if body_len > MAX_MANIFEST_BODY || buf.len() != MANIFEST_HEADER_LEN + body_len {
-            return Err(DecodeError::invalid("body_len", "differs from the file length"));
+            return Err(DecodeError::invalid(
+                "body_len",
+                "differs from the file length",
+            ));
         }
         let body = &buf[MANIFEST_HEADER_LEN..];
         let stored = u32_at(buf, 16);
@@ -117,7 +125,8 @@ impl Manifest {
             let name = std::str::from_utf8(&body[pos..pos + name_len])
                 .map_err(|_| DecodeError::invalid("log name", "not UTF-8"))?
                 .to_string();
-            validate_log_name(&name).map_err(|_| DecodeError::invalid("log name", "not a valid name"))?;
+            validate_log_name(&name)
+                .map_err(|_| DecodeError::invalid("log name", "not a valid name"))?;
             pos += name_len;
             let partitions = u32_at(body, pos);
             pos += 4;
@@ -163,8 +172,14 @@ mod tests {
     fn round_trips_and_rejects_damage() {
         let m = Manifest {
             logs: vec![
-                LogEntry { name: "events".into(), partitions: 8 },
-                LogEntry { name: "__coordination".into(), partitions: 1 },
+                LogEntry {
+                    name: "events".into(),
+                    partitions: 8,
+                },
+                LogEntry {
+                    name: "__coordination".into(),
+                    partitions: 1,
+                },
             ],
         };
         let bytes = m.encode();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::error::{IoContext, StoreError, StoreResult};
+use crate::error::{StoreError, StoreResult};
 use crate::log::{Log, LogOptions};
 pub use lock::DirLock;
 use manifest::{validate_log_name, LogEntry, Manifest};
@@ -27,7 +27,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("root", &self.inner.root).finish()
+        f.debug_struct("Store")
+            .field("root", &self.inner.root)
+            .finish()
     }
 }
 
@@ -38,7 +40,7 @@ impl Store {
     /// holds the store.
     pub fn open(root: impl AsRef<Path>) -> StoreResult<Self> {
         let root = root.as_ref().to_path_buf();
-        std::fs::create_dir_all(root.join("logs")).at(&root)?;
+        crate::fs::create_dir_durable(&root.join("logs"))?;
         let lock = DirLock::acquire(&root)?;
         let manifest = Manifest::load(&root)?;
         if !root.join("MANIFEST").exists() {
@@ -61,7 +63,12 @@ impl Store {
 
     /// The logs recorded in the MANIFEST.
     pub fn logs(&self) -> Vec<LogEntry> {
-        self.inner.manifest.lock().unwrap_or_else(|p| p.into_inner()).logs.clone()
+        self.inner
+            .manifest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .logs
+            .clone()
     }
 
     /// Opens log `name`, creating it with `partitions` partitions if the store does not hold it.
@@ -82,7 +89,11 @@ impl Store {
             return Ok(log.clone());
         }
         {
-            let mut manifest = self.inner.manifest.lock().unwrap_or_else(|p| p.into_inner());
+            let mut manifest = self
+                .inner
+                .manifest
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             match manifest.get(name) {
                 Some(entry) if entry.partitions != partitions => {
                     return Err(StoreError::PartitionCountMismatch {
@@ -95,7 +106,9 @@ impl Store {
                 None => {
                     options.validate().map_err(StoreError::Invalid)?;
                     if partitions == 0 || partitions > i32::MAX as u32 {
-                        return Err(StoreError::Invalid("a log needs at least one partition".into()));
+                        return Err(StoreError::Invalid(
+                            "a log needs at least one partition".into(),
+                        ));
                     }
                     let mut next = manifest.clone();
                     next.logs.push(LogEntry {

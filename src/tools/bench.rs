@@ -85,13 +85,15 @@ pub async fn strata_append(dir: &Path, w: &AppendWorkload) -> StoreResult<(Log, 
         tasks.push(tokio::spawn(async move {
             let partition = writer as u32 % BENCH_PARTITIONS;
             for _ in 0..per_writer {
-                log.append(partition, vec![NewRecord::value(0, value.clone())]).await?;
+                log.append(partition, vec![NewRecord::value(0, value.clone())])
+                    .await?;
             }
             Ok::<(), StoreError>(())
         }));
     }
     for task in tasks {
-        task.await.map_err(|e| StoreError::Invalid(e.to_string()))??;
+        task.await
+            .map_err(|e| StoreError::Invalid(e.to_string()))??;
     }
     Ok((log, start.elapsed()))
 }
@@ -125,7 +127,10 @@ mod baseline {
     }
 
     /// Appends the workload to a fresh RocksDB in `dir` (one put per record, WAL on).
-    pub fn rocksdb_append(dir: &Path, w: &AppendWorkload) -> Result<(Arc<rocksdb::DB>, Duration), String> {
+    pub fn rocksdb_append(
+        dir: &Path,
+        w: &AppendWorkload,
+    ) -> Result<(Arc<rocksdb::DB>, Duration), String> {
         let mut opts = rocksdb::Options::default();
         opts.create_if_missing(true);
         let db = Arc::new(rocksdb::DB::open(&opts, dir).map_err(|e| e.to_string())?);
@@ -168,7 +173,10 @@ mod baseline {
     }
 
     /// Runs each workload on both engines, back to back, in fresh directories under `root`.
-    pub async fn compare(root: &Path, workloads: &[AppendWorkload]) -> Result<Vec<Comparison>, String> {
+    pub async fn compare(
+        root: &Path,
+        workloads: &[AppendWorkload],
+    ) -> Result<Vec<Comparison>, String> {
         let mut out = Vec::new();
         for (i, w) in workloads.iter().enumerate() {
             let sdir = root.join(format!("strata-{i}"));
@@ -190,7 +198,9 @@ mod baseline {
             let (n_strata, strata_read) = strata_read_all(&log).map_err(|e| e.to_string())?;
             let (n_rocks, rocks_read) = rocksdb_read_all(&db)?;
             if n_strata != n_rocks {
-                return Err(format!("read {n_strata} records from Strata, {n_rocks} from RocksDB"));
+                return Err(format!(
+                    "read {n_strata} records from Strata, {n_rocks} from RocksDB"
+                ));
             }
             out.push(Comparison {
                 name: format!("sequential read of {} B records", w.value_size),

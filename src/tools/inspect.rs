@@ -6,7 +6,8 @@ use std::path::Path;
 use super::verify::segment_files;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::segment::{
-    decode_batch, decode_segment_header, index_file_name, scan_segment, SegmentIndex, SEGMENT_HEADER_LEN,
+    decode_batch, decode_segment_header, index_file_name, scan_segment, SegmentIndex,
+    SEGMENT_HEADER_LEN,
 };
 use crate::store::manifest::Manifest;
 
@@ -34,7 +35,15 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
     let indexed = index.is_some();
     let index = match index {
         Some(i) => i,
-        None => scan_segment(&image, SegmentIndex::empty(base), SEGMENT_HEADER_LEN as u64, 4096).index,
+        None => {
+            scan_segment(
+                &image,
+                SegmentIndex::empty(base),
+                SEGMENT_HEADER_LEN as u64,
+                4096,
+            )
+            .index
+        }
     };
     Ok(SegmentSummary {
         base_offset: base,
@@ -49,11 +58,20 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
 pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
     let manifest = Manifest::load(root)?;
     let w = |e: std::io::Error| StoreError::io(root, e);
-    writeln!(out, "store {} (manifest format v1), {} log(s)", root.display(), manifest.logs.len()).map_err(w)?;
+    writeln!(
+        out,
+        "store {} (manifest format v1), {} log(s)",
+        root.display(),
+        manifest.logs.len()
+    )
+    .map_err(w)?;
     for log in &manifest.logs {
         writeln!(out, "log {:?}: {} partition(s)", log.name, log.partitions).map_err(w)?;
         for partition in 0..log.partitions {
-            let dir = root.join("logs").join(&log.name).join(partition.to_string());
+            let dir = root
+                .join("logs")
+                .join(&log.name)
+                .join(partition.to_string());
             if !dir.exists() {
                 writeln!(out, "  partition {partition}: not created yet").map_err(w)?;
                 continue;
@@ -64,7 +82,9 @@ pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
                 summaries.push(summarize_segment(path, *base)?);
             }
             let low = summaries.first().map_or(0, |s| s.base_offset);
-            let high = summaries.last().map_or(0, |s| (s.last_offset + 1).max(s.base_offset));
+            let high = summaries
+                .last()
+                .map_or(0, |s| (s.last_offset + 1).max(s.base_offset));
             let bytes: u64 = summaries.iter().map(|s| s.bytes).sum();
             writeln!(
                 out,
@@ -108,10 +128,17 @@ pub fn dump_segment(path: &Path, out: &mut dyn Write) -> StoreResult<()> {
     let image = std::fs::read(path).at(path)?;
     let w = |e: std::io::Error| StoreError::io(path, e);
     let base = decode_segment_header(&image).map_err(|e| StoreError::corrupt(path, 0, e))?;
-    writeln!(out, "segment {} (format v1), base offset {base}, {} bytes", path.display(), image.len()).map_err(w)?;
+    writeln!(
+        out,
+        "segment {} (format v1), base offset {base}, {} bytes",
+        path.display(),
+        image.len()
+    )
+    .map_err(w)?;
     let mut pos = SEGMENT_HEADER_LEN;
     while pos < image.len() {
-        let (h, records) = decode_batch(&image[pos..]).map_err(|e| StoreError::corrupt(path, pos as u64, e))?;
+        let (h, records) =
+            decode_batch(&image[pos..]).map_err(|e| StoreError::corrupt(path, pos as u64, e))?;
         writeln!(
             out,
             "batch at byte {pos}: offsets {}..={}, {} record(s), {} bytes, {}, crc {:#010x}",
@@ -119,14 +146,26 @@ pub fn dump_segment(path: &Path, out: &mut dyn Write) -> StoreResult<()> {
             h.last_offset(),
             h.record_count,
             h.batch_len,
-            if h.compression == 1 { "zstd" } else { "uncompressed" },
+            if h.compression == 1 {
+                "zstd"
+            } else {
+                "uncompressed"
+            },
             h.crc
         )
         .map_err(w)?;
         for r in records {
             let key = r.key.as_deref().map_or("-".to_string(), preview);
-            let value = r.value.as_deref().map_or("<tombstone>".to_string(), preview);
-            writeln!(out, "  offset {} ts {} key {key} value {value}", r.offset, r.timestamp).map_err(w)?;
+            let value = r
+                .value
+                .as_deref()
+                .map_or("<tombstone>".to_string(), preview);
+            writeln!(
+                out,
+                "  offset {} ts {} key {key} value {value}",
+                r.offset, r.timestamp
+            )
+            .map_err(w)?;
         }
         pos += h.len();
     }

@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, StoreResult};
-use crate::segment::{decode_segment_header, index_file_name, scan_segment, ScanEnd, SegmentIndex, SEGMENT_HEADER_LEN};
+use crate::segment::{
+    decode_segment_header, index_file_name, scan_segment, ScanEnd, SegmentIndex, SEGMENT_HEADER_LEN,
+};
 use crate::store::manifest::Manifest;
 use crate::store::DirLock;
 
@@ -46,7 +48,9 @@ pub fn segment_files(dir: &Path) -> StoreResult<Vec<(i64, PathBuf)>> {
     for entry in std::fs::read_dir(dir).at(dir)? {
         let entry = entry.at(dir)?;
         let name = entry.file_name();
-        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".seg")) else { continue };
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".seg")) else {
+            continue;
+        };
         if let Ok(base) = stem.parse::<i64>() {
             out.push((base, entry.path()));
         }
@@ -69,21 +73,34 @@ pub fn verify_segment(path: &Path, base: i64, report: &mut VerifyReport) -> Stor
     };
     match decode_segment_header(&image) {
         Ok(found) if found == base => {}
-        Ok(found) => finding(16, format!("header base offset {found} differs from the file name"), true),
+        Ok(found) => finding(
+            16,
+            format!("header base offset {found} differs from the file name"),
+            true,
+        ),
         Err(e) => finding(0, format!("segment header: {e}"), true),
     }
     if image.len() < SEGMENT_HEADER_LEN {
         return Ok(());
     }
-    let scan = scan_segment(&image, SegmentIndex::empty(base), SEGMENT_HEADER_LEN as u64, 4096);
+    let scan = scan_segment(
+        &image,
+        SegmentIndex::empty(base),
+        SEGMENT_HEADER_LEN as u64,
+        4096,
+    );
     report.batches += scan.batches;
     report.records += scan.records;
     match scan.end {
         ScanEnd::Clean => {}
-        ScanEnd::TornTail { position, error } => {
-            finding(position, format!("invalid batch with nothing valid after it (torn tail): {error}"), true)
+        ScanEnd::TornTail { position, error } => finding(
+            position,
+            format!("invalid batch with nothing valid after it (torn tail): {error}"),
+            true,
+        ),
+        ScanEnd::Corrupt { position, error } => {
+            finding(position, format!("corrupt batch: {error}"), true)
         }
-        ScanEnd::Corrupt { position, error } => finding(position, format!("corrupt batch: {error}"), true),
     }
     if let Some(dir) = path.parent() {
         let index_path = dir.join(index_file_name(base));
@@ -125,7 +142,10 @@ pub fn verify_store(root: &Path) -> StoreResult<VerifyReport> {
     };
     for log in &manifest.logs {
         for partition in 0..log.partitions {
-            let dir = root.join("logs").join(&log.name).join(partition.to_string());
+            let dir = root
+                .join("logs")
+                .join(&log.name)
+                .join(partition.to_string());
             if !dir.exists() {
                 continue;
             }
