@@ -52,7 +52,12 @@ fn collect(
         if rel >= image.len() {
             return Ok((ReadStop::EndOfSegment, pos));
         }
-        let header = decode_header(&image[rel..]).map_err(|e| StoreError::corrupt(file, pos, e))?;
+        let rest = &image[rel..];
+        if rest.len() < BATCH_HEADER_LEN && pos + (rest.len() as u64) < data_end {
+            // The caller's image ends inside a batch header: it must read further.
+            return Ok((ReadStop::EndOfSegment, pos));
+        }
+        let header = decode_header(rest).map_err(|e| StoreError::corrupt(file, pos, e))?;
         if pos + header.len() as u64 > data_end {
             let err = crate::segment::DecodeError::Truncated {
                 needed: header.len(),
