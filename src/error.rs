@@ -66,6 +66,9 @@ pub enum StoreError {
         /// The original failure.
         reason: String,
     },
+    /// A conditional append was rejected by its own precondition; nothing was written.
+    #[error("the append's precondition rejected it")]
+    Rejected,
     /// Options, names or arguments that cannot be honoured.
     #[error("invalid argument: {0}")]
     Invalid(String),

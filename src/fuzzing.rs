@@ -66,3 +66,24 @@ pub fn segment_scan(data: &[u8]) {
             .all(|e| (e.position as usize) < valid.len()));
     }
 }
+
+/// Coordination keys and values decode without panicking and re-encode to the same bytes.
+pub fn coordination_round_trip(data: &[u8]) {
+    use crate::coordination::codec::{
+        decode_epoch, decode_key, decode_value, encode_key, encode_value,
+    };
+    use crate::coordination::RecordKind;
+    if let Ok(key) = decode_key(data) {
+        assert_eq!(encode_key(&key), data, "key encoding is canonical");
+    }
+    for kind in [RecordKind::Registration, RecordKind::Lease] {
+        if let Ok(value) = decode_value(kind, Some(data)) {
+            assert_eq!(
+                encode_value(&value).as_deref(),
+                Some(data),
+                "value encoding is canonical"
+            );
+        }
+    }
+    let _ = decode_epoch(data, Some(data));
+}

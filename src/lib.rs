@@ -35,6 +35,7 @@
 
 #![deny(missing_docs)]
 
+pub mod coordination;
 pub mod error;
 pub mod event_log;
 pub mod fs;

@@ -98,3 +98,11 @@ fn manifest_decode_corpus() {
 fn segment_scan_corpus() {
     run("segment_scan", strata::fuzzing::segment_scan);
 }
+
+#[test]
+fn coordination_decode_corpus() {
+    run(
+        "coordination_decode",
+        strata::fuzzing::coordination_round_trip,
+    );
+}

@@ -209,3 +209,90 @@ fn manifest_v1_matches_its_golden_bytes_and_the_spec() {
     assert_eq!(u32_at(&b, 52), 1);
     assert_eq!(Manifest::decode(&b), Ok(manifest));
 }
+
+mod coordination {
+    use super::vector;
+    use strata::coordination::codec::{
+        decode_key, decode_value, encode_epoch_value, encode_key, encode_value,
+    };
+    use strata::coordination::{
+        CoordinationKey, CoordinationRecord, FencingToken, Lease, MemberId, RecordKind,
+        Registration, Role,
+    };
+
+    fn be_i16(b: &[u8], at: usize) -> i16 {
+        i16::from_be_bytes([b[at], b[at + 1]])
+    }
+
+    fn be_i64(b: &[u8], at: usize) -> i64 {
+        i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn keys_match_their_golden_bytes_and_the_spec() {
+        let role = Role::new("controller").unwrap();
+        let lease_key = CoordinationKey::lease(role.clone());
+        let b = vector("coordination_lease_key_v0.bin", &encode_key(&lease_key));
+        assert_eq!((be_i16(&b, 0), be_i16(&b, 2), be_i16(&b, 4)), (0, 1, 10));
+        assert_eq!(&b[6..16], b"controller");
+        assert_eq!(be_i16(&b, 16), 0, "lease keys carry an empty member");
+        assert_eq!(b.len(), 18);
+        assert_eq!(decode_key(&b).unwrap(), lease_key);
+
+        let reg_key = CoordinationKey::registration(role, MemberId::new("node-1").unwrap());
+        let b = vector(
+            "coordination_registration_key_v0.bin",
+            &encode_key(&reg_key),
+        );
+        assert_eq!((be_i16(&b, 0), be_i16(&b, 2)), (0, 0));
+        assert_eq!(be_i16(&b, 16), 6);
+        assert_eq!(&b[18..24], b"node-1");
+        assert_eq!(decode_key(&b).unwrap(), reg_key);
+    }
+
+    #[test]
+    fn values_match_their_golden_bytes_and_the_spec() {
+        let member = MemberId::new("node-1").unwrap();
+        let token = FencingToken::new(7, 3).unwrap();
+        let reg = CoordinationRecord::Registration(Registration {
+            member: member.clone(),
+            registered_at: 1_700_000_000_000,
+        });
+        let b = vector(
+            "coordination_registration_value_v0.bin",
+            &encode_value(&reg).unwrap(),
+        );
+        assert_eq!((be_i16(&b, 0), be_i16(&b, 2)), (0, 6));
+        assert_eq!(&b[4..10], b"node-1");
+        assert_eq!(be_i64(&b, 10), 1_700_000_000_000);
+        assert_eq!(b.len(), 18);
+        assert_eq!(
+            decode_value(RecordKind::Registration, Some(&b)).unwrap(),
+            reg
+        );
+
+        let lease = CoordinationRecord::Lease(Lease {
+            member,
+            token,
+            granted_at: 1_700_000_000_000,
+            deadline: 1_700_000_005_000,
+        });
+        let b = vector(
+            "coordination_lease_value_v0.bin",
+            &encode_value(&lease).unwrap(),
+        );
+        assert_eq!(be_i64(&b, 10), 7, "producer_id");
+        assert_eq!(be_i16(&b, 18), 3, "producer_epoch");
+        assert_eq!(be_i64(&b, 20), 1_700_000_000_000);
+        assert_eq!(be_i64(&b, 28), 1_700_000_005_000);
+        assert_eq!(b.len(), 36);
+        assert_eq!(decode_value(RecordKind::Lease, Some(&b)).unwrap(), lease);
+
+        let b = vector(
+            "coordination_epoch_value_v0.bin",
+            &encode_epoch_value(token),
+        );
+        assert_eq!((be_i16(&b, 0), be_i64(&b, 2), be_i16(&b, 10)), (0, 7, 3));
+        assert_eq!(b.len(), 12);
+    }
+}

@@ -19,12 +19,12 @@ pub use compaction::CompactionReport;
 pub use options::{CompactionPolicy, Durability, LogOptions, RetentionPolicy};
 pub use partition::{PartitionRecovery, ReadPage};
 pub use retention::RetentionReport;
-pub use writer::OffsetRange;
+pub use writer::{Items, OffsetRange};
 
 use crate::error::{StoreError, StoreResult};
 use crate::segment::NewRecord;
 use partition::Partition;
-use writer::{Command, Writer};
+use writer::{Command, Payload, Writer};
 
 /// Statistics of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,24 +248,73 @@ impl Log {
     /// Appends several items (each to its partition) in one durability round trip. Resolves to the
     /// offset ranges in the order given; on error, any subset of the items may have been appended,
     /// and none is still in flight.
-    pub async fn append_many(
-        &self,
-        items: Vec<(u32, Vec<NewRecord>)>,
-    ) -> StoreResult<Vec<OffsetRange>> {
-        for (partition, records) in &items {
-            self.partition(*partition)?;
-            if records.is_empty() {
-                return Err(StoreError::Encode(crate::segment::EncodeError::Empty));
-            }
-            if records.iter().any(|r| r.key.is_none() && r.value.is_none()) {
-                return Err(StoreError::Encode(
-                    crate::segment::EncodeError::UnkeyedTombstone,
-                ));
-            }
-        }
+    pub async fn append_many(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
+        writer::check_items(&items, self.partition_count())?;
+        self.submit(Payload::Ready(items)).await
+    }
+
+    async fn submit(&self, payload: Payload) -> StoreResult<Vec<OffsetRange>> {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Append { items, reply })?;
+        self.send(Command::Append { payload, reply })?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// A conditional append: `build` runs on the writer thread, in order with every other append
+    /// of this log, and either returns the items to append (with a value for the caller) or
+    /// rejects the append. Check-then-write on state that only such closures change is therefore
+    /// atomic, without any lock held across an `.await`. Keep `build` short: it runs on the
+    /// writer's hot path.
+    ///
+    /// Resolves once the items are durable; to `Ok(Err(e))` when `build` rejected.
+    pub async fn append_with<T, E>(
+        &self,
+        build: impl FnOnce() -> Result<(Items, T), E> + Send + 'static,
+    ) -> StoreResult<Result<(Vec<OffsetRange>, T), E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let outcome: Arc<Mutex<Option<Result<T, E>>>> = Arc::new(Mutex::new(None));
+        let slot = outcome.clone();
+        let build: writer::Build = Box::new(move || {
+            let (items, result) = match build() {
+                Ok((items, value)) => (Some(items), Ok(value)),
+                Err(e) => (None, Err(e)),
+            };
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+            items
+        });
+        let partitions = self.partition_count();
+        let appended = self.submit(Payload::Deferred { build, partitions }).await;
+        let taken = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match (appended, taken) {
+            (Ok(ranges), Some(Ok(value))) => Ok(Ok((ranges, value))),
+            (Err(StoreError::Rejected), Some(Err(e))) => Ok(Err(e)),
+            (Err(e), _) => Err(e),
+            (Ok(_), _) => Err(StoreError::Invalid(
+                "a conditional append lost its outcome".into(),
+            )),
+        }
+    }
+
+    /// Calls `f` with every record of `partition` in `[from, high-water mark)`, a page at a time
+    /// (blocking; run it off the async executor).
+    pub fn for_each_record<E: From<StoreError>>(
+        &self,
+        partition: u32,
+        from: i64,
+        mut f: impl FnMut(crate::segment::Record) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let high = self.high_water_mark(partition)?;
+        let mut next = from;
+        while next < high {
+            let page = self.read(partition, next, 1 << 20)?;
+            for record in page.records {
+                f(record)?;
+            }
+            next = page.next_offset;
+        }
+        Ok(())
     }
 
     /// Reads a page of records of `partition` starting at `from`, holding about `max_bytes`.

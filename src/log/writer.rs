@@ -27,11 +27,25 @@ const TARGET_BATCH_BYTES: usize = 1 << 20;
 /// Offsets `(first, last)` assigned to one append item.
 pub type OffsetRange = (i64, i64);
 
+/// Records to append, each item to its partition.
+pub type Items = Vec<(u32, Vec<NewRecord>)>;
+
+/// Computes the items of a conditional append on the writer thread; `None` rejects the append.
+pub(crate) type Build = Box<dyn FnOnce() -> Option<Items> + Send>;
+
+/// What an append request carries.
+pub(crate) enum Payload {
+    /// Items validated by the caller.
+    Ready(Items),
+    /// Items computed on the writer thread, in order with every other append.
+    Deferred { build: Build, partitions: u32 },
+}
+
 /// A request to the writer thread.
 pub(crate) enum Command {
     /// Append each item's records to its partition; reply once all are durable (or acknowledged).
     Append {
-        items: Vec<(u32, Vec<NewRecord>)>,
+        payload: Payload,
         reply: oneshot::Sender<StoreResult<Vec<OffsetRange>>>,
     },
     /// Seal the active segment of a partition if it holds anything.
@@ -72,6 +86,27 @@ pub(crate) struct Writer {
     sync_rounds: Arc<AtomicU64>,
     last_sync: Instant,
     buffer: Vec<u8>,
+}
+
+/// Checks items before anything is written: partitions in range, records non-empty and valid.
+pub(crate) fn check_items(items: &Items, partitions: u32) -> StoreResult<()> {
+    for (partition, records) in items {
+        if *partition >= partitions {
+            return Err(StoreError::PartitionOutOfRange {
+                partition: *partition as i32,
+                count: partitions as i32,
+            });
+        }
+        if records.is_empty() {
+            return Err(StoreError::Encode(crate::segment::EncodeError::Empty));
+        }
+        if records.iter().any(|r| r.key.is_none() && r.value.is_none()) {
+            return Err(StoreError::Encode(
+                crate::segment::EncodeError::UnkeyedTombstone,
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn poisoned(partition: u32, reason: &str) -> StoreError {
@@ -141,7 +176,21 @@ impl Writer {
             }
             for command in round {
                 match command {
-                    Command::Append { items, reply } => {
+                    Command::Append { payload, reply } => {
+                        let items = match payload {
+                            Payload::Ready(items) => Ok(items),
+                            Payload::Deferred { build, partitions } => match build() {
+                                None => Err(StoreError::Rejected),
+                                Some(items) => check_items(&items, partitions).map(|()| items),
+                            },
+                        };
+                        let items = match items {
+                            Ok(items) => items,
+                            Err(e) => {
+                                let _ = reply.send(Err(e));
+                                continue;
+                            }
+                        };
                         let partitions = items.iter().map(|(p, _)| *p).collect();
                         let result = self.append_items(items);
                         pending.push(Pending {
@@ -199,7 +248,7 @@ impl Writer {
         }
     }
 
-    fn append_items(&mut self, items: Vec<(u32, Vec<NewRecord>)>) -> StoreResult<Vec<OffsetRange>> {
+    fn append_items(&mut self, items: Items) -> StoreResult<Vec<OffsetRange>> {
         let mut ranges = Vec::with_capacity(items.len());
         let mut first_error = None;
         for (partition, records) in items {

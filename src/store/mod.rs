@@ -3,6 +3,7 @@
 pub mod lock;
 pub mod manifest;
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ struct StoreInner {
     lock: Arc<DirLock>,
     manifest: Mutex<Manifest>,
     logs: Mutex<HashMap<String, Log>>,
+    shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 /// An open store directory. Cheap to clone.
@@ -52,6 +54,7 @@ impl Store {
                 lock: Arc::new(lock),
                 manifest: Mutex::new(manifest),
                 logs: Mutex::new(HashMap::new()),
+                shared: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -124,6 +127,25 @@ impl Store {
         let log = Log::open(name, &dir, partitions, options, self.inner.lock.clone())?;
         logs.insert(name.to_string(), log.clone());
         Ok(log)
+    }
+
+    /// The one value of type `T` this store holds, made by `init` on first use.
+    ///
+    /// Layers built on the store (the coordination transport's epoch state, for one) use it so
+    /// that every handle opened on the same store shares one instance.
+    pub fn shared<T: Any + Send + Sync>(
+        &self,
+        init: impl FnOnce() -> StoreResult<T>,
+    ) -> StoreResult<Arc<T>> {
+        let mut shared = self.inner.shared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(value) = shared.get(&TypeId::of::<T>()) {
+            if let Ok(value) = value.clone().downcast::<T>() {
+                return Ok(value);
+            }
+        }
+        let value = Arc::new(init()?);
+        shared.insert(TypeId::of::<T>(), value.clone());
+        Ok(value)
     }
 
     /// Closes every open log of this store.
