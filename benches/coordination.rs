@@ -4,19 +4,13 @@
 
 use std::sync::Mutex;
 
+mod common;
+use common::runtime;
 use criterion::{criterion_group, criterion_main, Criterion};
 use strata::coordination::{
     CoordinationTransport, DiskCoordinationTransport, FencingToken, Lease, MemberId, Role,
 };
 use strata::Store;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// RocksDB doing what the transport does: token per role under a lock, records synced.
 struct RocksCoordination {

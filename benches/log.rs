@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+mod common;
+use common::runtime;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use strata::event_log::{DiskEventLog, MetadataEventLog};
 use strata::log::CompactionPolicy;
@@ -14,14 +16,6 @@ use strata::tools::bench::{
     rocksdb_append, rocksdb_read_all, strata_append, strata_read_all, AppendWorkload,
 };
 use strata::{LogOptions, NewRecord, Store};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Each iteration appends `workload.records` records into a fresh directory; the time of the
 /// appends alone is reported (setup and teardown excluded).

@@ -2,8 +2,6 @@
 //! shared/SEAMS.md, including races between transports on one store, restarts and a killed writer.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +12,8 @@ use strata::coordination::{
     DiskCoordinationTransport, FencingToken, Lease, MemberId, RecordKind, Role,
 };
 use strata::{NewRecord, Store};
+
+mod common;
 
 fn role(s: &str) -> Role {
     Role::new(s).unwrap()
@@ -339,42 +339,16 @@ fn coordination_crash_child() {
 #[test]
 fn a_killed_writer_leaves_no_partial_lease() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut acked_leases = Vec::new();
     let mut max_epoch = None;
     for cycle in 0..8u64 {
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "coordination_crash_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut lines = Vec::new();
-            let mut reader = BufReader::new(stdout);
-            loop {
-                let mut line = String::new();
-                match reader.read_line(&mut line) {
-                    Ok(n) if n > 0 && line.ends_with('\n') => {
-                        lines.push(line.trim_end().to_string())
-                    }
-                    _ => break,
-                }
-            }
-            lines
-        });
-        std::thread::sleep(Duration::from_millis(80 + 37 * cycle));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        for line in reader.join().unwrap() {
+        let env = [(CHILD_ENV, dir.path().display().to_string())];
+        let lines = common::run_and_kill(
+            "coordination_crash_child",
+            &env,
+            Duration::from_millis(80 + 37 * cycle),
+        );
+        for line in lines {
             let parts: Vec<&str> = line.split(' ').collect();
             match parts[..] {
                 ["EPOCH", token] => {

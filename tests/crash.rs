@@ -2,13 +2,13 @@
 //! acknowledged offset; the parent kills it with SIGKILL at a random moment, reopens the store and
 //! checks that every acknowledged record is there, intact, at its offset. Many cycles on one store.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use strata::event_log::{DiskEventLog, MetadataEventLog};
 use strata::{LogOptions, Store};
+
+mod common;
 
 const CHILD_ENV: &str = "STRATA_CRASH_CHILD_DIR";
 const PARTITIONS: u32 = 3;
@@ -85,7 +85,6 @@ fn crash_child() {
 #[test]
 fn crash_kill_9_never_loses_an_acknowledged_record() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut acked: Vec<(i32, i64, String)> = Vec::new();
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for cycle in 0..CYCLES {
@@ -93,41 +92,12 @@ fn crash_kill_9_never_loses_an_acknowledged_record() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let run_for = Duration::from_millis(30 + seed % 250);
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .env("STRATA_CRASH_CYCLE", cycle.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            // Only lines that end in a newline are complete acknowledgements; a kill may cut the last.
-            let mut lines = Vec::new();
-            let mut reader = BufReader::new(stdout);
-            loop {
-                let mut line = String::new();
-                match reader.read_line(&mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if line.ends_with('\n') => lines.push(line.trim_end().to_string()),
-                    Ok(_) => break,
-                }
-            }
-            lines
-        });
-        // Let the child run for a random while, then kill it mid-flight.
         let started = Instant::now();
-        std::thread::sleep(run_for);
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        let lines = reader.join().unwrap();
+        let env = [
+            (CHILD_ENV, dir.path().display().to_string()),
+            ("STRATA_CRASH_CYCLE", cycle.to_string()),
+        ];
+        let lines = common::run_and_kill("crash_child", &env, run_for);
         for line in lines {
             let mut parts = line.splitn(4, ' ');
             if parts.next() != Some("ACK") {

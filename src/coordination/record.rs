@@ -66,51 +66,47 @@ fn bounded(field: &'static str, value: &str, bound: usize) -> Result<(), RecordE
     Ok(())
 }
 
-/// A coordinated role: the unit of leadership (1 to 249 bytes).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Role(String);
+/// A bounded, non-empty name newtype with `new`, `as_str` and `Display`.
+macro_rules! bounded_name {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $bound:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
 
-impl Role {
-    /// A role named `name`.
-    pub fn new(name: &str) -> Result<Self, RecordError> {
-        bounded("role", name, MAX_ROLE_LEN)?;
-        Ok(Role(name.to_string()))
-    }
+        impl $name {
+            #[doc = concat!("A ", $field, " named `name` (1 to ", stringify!($bound), " bytes).")]
+            pub fn new(name: &str) -> Result<Self, RecordError> {
+                bounded($field, name, $bound)?;
+                Ok($name(name.to_string()))
+            }
 
-    /// The role name.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+            #[doc = concat!("The ", $field, " as text.")]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
 }
 
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+bounded_name!(
+    /// A coordinated role: the unit of leadership (1 to 249 bytes).
+    Role,
+    "role",
+    MAX_ROLE_LEN
+);
 
-/// A member that may hold roles (1 to 249 bytes).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MemberId(String);
-
-impl MemberId {
-    /// A member id.
-    pub fn new(id: &str) -> Result<Self, RecordError> {
-        bounded("member", id, MAX_MEMBER_ID_LEN)?;
-        Ok(MemberId(id.to_string()))
-    }
-
-    /// The member id.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for MemberId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+bounded_name!(
+    /// A member that may hold roles (1 to 249 bytes).
+    MemberId,
+    "member",
+    MAX_MEMBER_ID_LEN
+);
 
 /// The authority of a role holder: a producer id and its epoch.
 ///

@@ -1,0 +1,43 @@
+//! Shared harness of the crash suites: run one ignored test of this test binary as a child
+//! process, kill it with SIGKILL mid-flight, and keep what it printed.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Runs the ignored test `child` of the current test binary with `env`, sends it SIGKILL after
+/// `run_for`, and returns the lines it printed completely (a kill may cut the last one; a cut
+/// line is not a complete acknowledgement and is dropped).
+pub fn run_and_kill(child: &str, env: &[(&str, String)], run_for: Duration) -> Vec<String> {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut process = Command::new(exe)
+        .args([
+            "--exact",
+            child,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the child starts");
+    let stdout = process.stdout.take().expect("a piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        let mut reader = BufReader::new(stdout);
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(n) if n > 0 && line.ends_with('\n') => lines.push(line.trim_end().to_string()),
+                _ => break,
+            }
+        }
+        lines
+    });
+    std::thread::sleep(run_for);
+    process.kill().expect("SIGKILL the child");
+    process.wait().expect("reap the child");
+    reader.join().expect("the reader thread")
+}
