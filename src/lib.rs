@@ -2,7 +2,7 @@
 //!
 //! A persistent embedded storage engine: durable, partitioned, append-only logs on
 //! memory-mapped, CRC-checked segment files, with group commit, retention, keyed compaction and
-//! the `MetadataEventLog` seam on top.
+//! the `MetadataEventLog` and `CoordinationTransport` seams on top.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -31,7 +31,7 @@
 //!
 //! Layout: [`segment`] (pure codec, writer, mmap reader, index, recovery), [`log`] (partitions,
 //! group commit, retention, compaction), [`store`] (directory lock and MANIFEST),
-//! [`event_log`] (the seam), [`tools`] (inspect, verify, dump, bench).
+//! [`event_log`] and [`coordination`] (the seams), [`tools`] (inspect, verify, dump, bench).
 
 #![deny(missing_docs)]
 
