@@ -95,7 +95,7 @@ pub fn verify_segment(path: &Path, base: i64, report: &mut VerifyReport) -> Stor
         ScanEnd::Clean => {}
         ScanEnd::TornTail { position, error } => finding(
             position,
-            format!("invalid batch with nothing valid after it (torn tail): {error}"),
+            format!("invalid batch, nothing valid after it (a torn tail if this is the partition's last segment): {error}"),
             true,
         ),
         ScanEnd::Corrupt { position, error } => {
