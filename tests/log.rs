@@ -167,6 +167,12 @@ async fn small_pages_read_a_large_active_segment_across_chunk_boundaries() {
         while next < 3000 {
             let page = log.read(0, next, budget).unwrap();
             assert!(page.next_offset > next);
+            // A page holds at most its budget plus the one batch that crossed it.
+            let held: usize = page.records.iter().map(|r| r.encoded_len() + 48).sum();
+            assert!(
+                held <= budget + 400,
+                "a page of budget {budget} held {held} bytes"
+            );
             for (i, r) in page.records.iter().enumerate() {
                 assert_eq!(r.offset, next + i as i64);
             }
