@@ -226,6 +226,25 @@ pub fn decode_checked(buf: &[u8], header: &BatchHeader) -> Result<Vec<Record>, D
     decode_records(header, records)
 }
 
+/// Like [`decode_checked`], but uncompressed keys and values are zero-copy slices of `buf`.
+pub fn decode_checked_shared(
+    buf: &Bytes,
+    header: &BatchHeader,
+) -> Result<Vec<Record>, DecodeError> {
+    let end = header.len();
+    if buf.len() < end {
+        return Err(DecodeError::Truncated {
+            needed: end,
+            available: buf.len(),
+        });
+    }
+    let records = match header.compression {
+        0 => buf.slice(BATCH_HEADER_LEN..end),
+        _ => decompress(&buf[BATCH_HEADER_LEN..end], header.records_len as usize)?,
+    };
+    decode_records(header, records)
+}
+
 fn decompress(stored: &[u8], expected: usize) -> Result<Bytes, DecodeError> {
     let mut out = Vec::with_capacity(expected);
     let mut decoder = zstd::stream::read::Decoder::new(stored)

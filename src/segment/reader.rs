@@ -9,7 +9,9 @@ use std::sync::RwLock;
 
 use memmap2::Mmap;
 
-use super::codec::{check_batch, decode_checked, decode_header, BATCH_HEADER_LEN};
+use bytes::Bytes;
+
+use super::codec::{check_batch, decode_checked_shared, decode_header, BATCH_HEADER_LEN};
 use super::index::SegmentIndex;
 use super::record::Record;
 use crate::error::{IoContext, StoreError, StoreResult};
@@ -28,8 +30,8 @@ pub enum ReadStop {
 /// Bytes of a segment file held in memory.
 struct Image<'a> {
     file: &'a Path,
-    /// The bytes, starting at file position `pos`.
-    bytes: &'a [u8],
+    /// The bytes, starting at file position `pos`; records are sliced out of them without copying.
+    bytes: &'a Bytes,
     pos: u64,
     /// End of the readable data in the file: a batch claiming to run past it is corrupt.
     data_end: u64,
@@ -76,7 +78,8 @@ fn collect(
             return Ok((ReadStop::Bound, pos));
         }
         if header.last_offset() >= from {
-            let records = decode_checked(&image[rel..], &header).map_err(corrupt)?;
+            let batch = image.slice(rel..rel + header.len());
+            let records = decode_checked_shared(&batch, &header).map_err(corrupt)?;
             out.extend(
                 records
                     .into_iter()
@@ -95,10 +98,13 @@ fn collect(
 }
 
 /// A sealed, immutable segment mapped read-only.
+///
+/// The mapping is owned by a [`Bytes`], so records read from it are zero-copy slices that keep
+/// the mapping alive; that is sound because a sealed file is never truncated (see `map`).
 #[derive(Debug)]
 pub struct SealedSegment {
     path: PathBuf,
-    map: Mmap,
+    map: Bytes,
     index: SegmentIndex,
 }
 
@@ -120,7 +126,7 @@ impl SealedSegment {
         }
         Ok(Self {
             path: path.to_path_buf(),
-            map,
+            map: Bytes::from_owner(map),
             index,
         })
     }
@@ -238,6 +244,7 @@ impl ActiveSegment {
                     self.file.read_exact_at(&mut image, pos).at(&self.path)?;
                 }
             }
+            let image = Bytes::from(image);
             let view = Image {
                 file: &self.path,
                 bytes: &image,
