@@ -11,7 +11,9 @@ use memmap2::Mmap;
 
 use bytes::Bytes;
 
-use super::codec::{check_batch, decode_checked_shared, decode_header, BATCH_HEADER_LEN};
+use super::codec::{
+    check_batch, decode_checked, decode_checked_shared, decode_header, BATCH_HEADER_LEN,
+};
 use super::index::SegmentIndex;
 use super::record::Record;
 use crate::error::{IoContext, StoreError, StoreResult};
@@ -35,6 +37,8 @@ struct Image<'a> {
     pos: u64,
     /// End of the readable data in the file: a batch claiming to run past it is corrupt.
     data_end: u64,
+    /// Whether records may be slices of `bytes` (a mapping) rather than copies (a read buffer).
+    zero_copy: bool,
 }
 
 /// Decodes batches of `image` from file position `start`, pushing records in `[from, until)` onto
@@ -47,7 +51,13 @@ fn collect(
     out: &mut Vec<Record>,
 ) -> StoreResult<(ReadStop, u64)> {
     let (from, until) = range;
-    let (file, data_end, image_pos, image) = (image.file, image.data_end, image.pos, image.bytes);
+    let (file, data_end, image_pos, zero_copy, image) = (
+        image.file,
+        image.data_end,
+        image.pos,
+        image.zero_copy,
+        image.bytes,
+    );
     let mut pos = start;
     loop {
         let rel = (pos - image_pos) as usize;
@@ -78,8 +88,12 @@ fn collect(
             return Ok((ReadStop::Bound, pos));
         }
         if header.last_offset() >= from {
-            let batch = image.slice(rel..rel + header.len());
-            let records = decode_checked_shared(&batch, &header).map_err(corrupt)?;
+            let records = if zero_copy {
+                decode_checked_shared(&image.slice(rel..rel + header.len()), &header)
+            } else {
+                decode_checked(&image[rel..], &header)
+            }
+            .map_err(corrupt)?;
             out.extend(
                 records
                     .into_iter()
@@ -159,6 +173,7 @@ impl SealedSegment {
             bytes: &self.map,
             pos: 0,
             data_end: self.map.len() as u64,
+            zero_copy: true,
         };
         collect(&image, start, range, budget, out).map(|(stop, _)| stop)
     }
@@ -250,6 +265,9 @@ impl ActiveSegment {
                 bytes: &image,
                 pos,
                 data_end: end,
+                // Measured: copying each batch out of the read buffer is faster for 1 KiB records
+                // than slicing it (the buffer then lives until its last record is dropped).
+                zero_copy: false,
             };
             let (stop, next) = collect(&view, pos, range, budget, out)?;
             match stop {
