@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::options::LogOptions;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::segment::recovery::{open_last, open_sealed};
+use crate::segment::writer::parse_file_name;
 use crate::segment::{
     index_file_name, segment_file_name, ActiveSegment, ReadStop, Record, SealedSegment,
     SegmentRecovery, SegmentWriter,
@@ -64,16 +65,10 @@ fn list_segments(dir: &Path) -> StoreResult<Vec<i64>> {
         if name.ends_with(".tmp") {
             // An unfinished compaction output or index: never renamed into place.
             std::fs::remove_file(entry.path()).at(&entry.path())?;
-        } else if let Some(stem) = name.strip_suffix(".seg") {
-            if let Ok(base) = stem.parse::<i64>() {
-                if stem.len() == 20 && base >= 0 {
-                    bases.push(base);
-                }
-            }
-        } else if let Some(stem) = name.strip_suffix(".idx") {
-            if let Ok(base) = stem.parse::<i64>() {
-                indexes.push(base);
-            }
+        } else if let Some(base) = parse_file_name(name, ".seg") {
+            bases.push(base);
+        } else if let Some(base) = parse_file_name(name, ".idx") {
+            indexes.push(base);
         }
     }
     bases.sort_unstable();

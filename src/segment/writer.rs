@@ -18,6 +18,13 @@ pub fn segment_file_name(base: i64) -> String {
     format!("{base:020}.seg")
 }
 
+/// The base offset named by a file name of the form `<base:020><suffix>` (`.seg`, `.idx`).
+pub fn parse_file_name(name: &str, suffix: &str) -> Option<i64> {
+    let stem = name.strip_suffix(suffix)?;
+    let base = stem.parse::<i64>().ok()?;
+    (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) && base >= 0).then_some(base)
+}
+
 /// File name of the index of the segment whose base offset is `base`.
 pub fn index_file_name(base: i64) -> String {
     format!("{base:020}.idx")

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, StoreResult};
+use crate::segment::writer::parse_file_name;
 use crate::segment::{
     decode_segment_header, index_file_name, scan_segment, ScanEnd, SegmentIndex, SEGMENT_HEADER_LEN,
 };
@@ -48,10 +49,7 @@ pub fn segment_files(dir: &Path) -> StoreResult<Vec<(i64, PathBuf)>> {
     for entry in std::fs::read_dir(dir).at(dir)? {
         let entry = entry.at(dir)?;
         let name = entry.file_name();
-        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".seg")) else {
-            continue;
-        };
-        if let Ok(base) = stem.parse::<i64>() {
+        if let Some(base) = name.to_str().and_then(|n| parse_file_name(n, ".seg")) {
             out.push((base, entry.path()));
         }
     }
