@@ -25,7 +25,7 @@ use super::Log;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::fs::{sync_dir, write_file};
 use crate::segment::{
-    decode_batch, decode_header, encode_batch, index_file_name, segment_file_name, Record,
+    batch_spans, decode_batch, encode_batch, index_file_name, segment_file_name, Record,
     SealedSegment, SegmentWriter, SEGMENT_HEADER_LEN,
 };
 
@@ -222,27 +222,10 @@ impl Log {
         let mut writer =
             SegmentWriter::create(&tmp, base, self.inner.options.index_interval_bytes)?;
         let mut buffer = Vec::new();
-        let mut start = 0;
-        while start < kept.len() {
-            let mut end = start;
-            let mut bytes = 0;
-            while end < kept.len()
-                && (end == start || bytes + kept[end].encoded_len() <= REWRITE_BATCH_BYTES)
-            {
-                bytes += kept[end].encoded_len();
-                end += 1;
-            }
+        for batch in batch_spans(kept, REWRITE_BATCH_BYTES) {
             buffer.clear();
-            encode_batch(
-                &kept[start..end],
-                self.inner.options.compression,
-                &mut buffer,
-            )?;
-            let header = decode_header(&buffer).map_err(|e| {
-                StoreError::Invalid(format!("encoder produced an invalid header: {e}"))
-            })?;
+            let header = encode_batch(batch, self.inner.options.compression, &mut buffer)?;
             writer.append(&buffer, &header)?;
-            start = end;
         }
         writer.sync()?;
         let mut index = writer.shared().index();

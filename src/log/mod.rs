@@ -284,8 +284,7 @@ impl Log {
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
             items
         });
-        let partitions = self.partition_count();
-        let appended = self.submit(Payload::Deferred { build, partitions }).await;
+        let appended = self.submit(Payload::Deferred(build)).await;
         let taken = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
         match (appended, taken) {
             (Ok(ranges), Some(Ok(value))) => Ok(Ok((ranges, value))),

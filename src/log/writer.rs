@@ -17,7 +17,7 @@ use super::partition::Partition;
 use crate::error::{StoreError, StoreResult};
 use crate::fs::{sync_dir, write_file};
 use crate::segment::{
-    decode_header, encode_batch, index_file_name, segment_file_name, NewRecord, Record,
+    batch_spans, encode_batch, index_file_name, segment_file_name, NewRecord, Record,
     SealedSegment, SegmentWriter,
 };
 
@@ -38,7 +38,7 @@ pub(crate) enum Payload {
     /// Items validated by the caller.
     Ready(Items),
     /// Items computed on the writer thread, in order with every other append.
-    Deferred { build: Build, partitions: u32 },
+    Deferred(Build),
 }
 
 /// A request to the writer thread.
@@ -179,9 +179,10 @@ impl Writer {
                     Command::Append { payload, reply } => {
                         let items = match payload {
                             Payload::Ready(items) => Ok(items),
-                            Payload::Deferred { build, partitions } => match build() {
+                            Payload::Deferred(build) => match build() {
                                 None => Err(StoreError::Rejected),
-                                Some(items) => check_items(&items, partitions).map(|()| items),
+                                Some(items) => check_items(&items, self.partitions.len() as u32)
+                                    .map(|()| items),
                             },
                         };
                         let items = match items {
@@ -283,31 +284,19 @@ impl Writer {
             .enumerate()
             .map(|(i, r)| r.at(first + i as i64))
             .collect();
-        let mut start = 0;
-        while start < records.len() {
-            let mut end = start;
-            let mut bytes = 0;
-            while end < records.len()
-                && (end == start || bytes + records[end].encoded_len() <= TARGET_BATCH_BYTES)
-            {
-                bytes += records[end].encoded_len();
-                end += 1;
-            }
-            self.write_batch(partition, &records[start..end])?;
-            start = end;
+        for batch in batch_spans(&records, TARGET_BATCH_BYTES) {
+            self.write_batch(partition, batch)?;
         }
         Ok((first, first + records.len() as i64 - 1))
     }
 
     fn write_batch(&mut self, partition: u32, records: &[Record]) -> StoreResult<()> {
         self.buffer.clear();
-        let len = encode_batch(records, self.options.compression, &mut self.buffer)?;
-        let header = decode_header(&self.buffer)
-            .map_err(|e| StoreError::Invalid(format!("encoder produced an invalid header: {e}")))?;
+        let header = encode_batch(records, self.options.compression, &mut self.buffer)?;
         let segment_bytes = self.options.segment_bytes;
         let needs_roll = {
             let p = &self.partitions[partition as usize];
-            !p.active.is_empty() && p.active.len() + len as u64 > segment_bytes
+            !p.active.is_empty() && p.active.len() + header.len() as u64 > segment_bytes
         };
         if needs_roll {
             self.roll(partition)?;

@@ -185,6 +185,12 @@ fn batch_crc(batch: &[u8]) -> u32 {
 /// On success the whole batch, `buf[..header.len()]`, is present and intact.
 pub fn check_batch(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
     let header = decode_header(buf)?;
+    check_crc(buf, &header)?;
+    Ok(header)
+}
+
+/// Verifies the CRC of the batch at the start of `buf` whose header [`decode_header`] returned.
+pub fn check_crc(buf: &[u8], header: &BatchHeader) -> Result<(), DecodeError> {
     let len = header.len();
     if buf.len() < len {
         return Err(DecodeError::Truncated {
@@ -199,7 +205,7 @@ pub fn check_batch(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
             computed,
         });
     }
-    Ok(header)
+    Ok(())
 }
 
 /// Decodes a whole batch at the start of `buf`: header, CRC, decompression and every record.
@@ -385,12 +391,12 @@ fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, D
 
 /// Encodes `records` (offsets already assigned, strictly increasing) as one batch appended to `out`.
 ///
-/// Returns the encoded batch length.
+/// Returns the header written, equal to what [`decode_header`] reads back.
 pub fn encode_batch(
     records: &[Record],
     compression: Compression,
     out: &mut Vec<u8>,
-) -> Result<usize, EncodeError> {
+) -> Result<BatchHeader, EncodeError> {
     let first = records.first().ok_or(EncodeError::Empty)?;
     let last = &records[records.len() - 1];
     let base = first.offset;
@@ -468,7 +474,37 @@ pub fn encode_batch(
     out.extend_from_slice(&stored);
     let crc = batch_crc(&out[start..]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    Ok(batch_len)
+    Ok(BatchHeader {
+        batch_len: batch_len as u32,
+        crc,
+        compression: compression.code(),
+        record_count,
+        base_offset: base,
+        last_offset_delta: last_delta,
+        records_len: records_len as u32,
+        first_timestamp: first.timestamp,
+        max_timestamp,
+    })
+}
+
+/// Splits `records` into consecutive runs of about `target` encoded bytes (at least one record
+/// each), the batches a writer encodes one by one.
+pub fn batch_spans(records: &[Record], target: usize) -> impl Iterator<Item = &[Record]> {
+    let mut rest = records;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut end = 1;
+        let mut bytes = rest[0].encoded_len();
+        while end < rest.len() && bytes + rest[end].encoded_len() <= target {
+            bytes += rest[end].encoded_len();
+            end += 1;
+        }
+        let (span, tail) = rest.split_at(end);
+        rest = tail;
+        Some(span)
+    })
 }
 
 #[cfg(test)]
@@ -502,8 +538,13 @@ mod tests {
     fn round_trips_plain_and_zstd() {
         for compression in [Compression::None, Compression::Zstd { level: 3 }] {
             let mut out = Vec::new();
-            let len = encode_batch(&sample(), compression, &mut out).unwrap();
-            assert_eq!(len, out.len());
+            let written = encode_batch(&sample(), compression, &mut out).unwrap();
+            assert_eq!(written.len(), out.len());
+            assert_eq!(
+                decode_header(&out),
+                Ok(written),
+                "the returned header is the one written"
+            );
             let (header, records) = decode_batch(&out).unwrap();
             assert_eq!(records, sample());
             assert_eq!(header.base_offset, 10);
@@ -531,6 +572,33 @@ mod tests {
             encode_batch(&bad, Compression::None, &mut out),
             Err(EncodeError::UnkeyedTombstone)
         );
+    }
+
+    #[test]
+    fn batch_spans_cover_every_record_within_the_target() {
+        let records: Vec<Record> = (0..50)
+            .map(|i| Record {
+                offset: i,
+                timestamp: 0,
+                key: None,
+                value: Some(Bytes::from(vec![0u8; (i as usize * 7) % 90])),
+            })
+            .collect();
+        let spans: Vec<&[Record]> = batch_spans(&records, 200).collect();
+        assert_eq!(spans.concat(), records);
+        for span in &spans {
+            let bytes: usize = span.iter().map(Record::encoded_len).sum();
+            assert!(
+                !span.is_empty() && (span.len() == 1 || bytes <= 200),
+                "{bytes}"
+            );
+        }
+        assert_eq!(
+            batch_spans(&records[..1], 0).count(),
+            1,
+            "one record over the target still forms a batch"
+        );
+        assert_eq!(batch_spans(&[], 10).count(), 0);
     }
 
     #[test]

@@ -13,8 +13,8 @@ pub mod scan;
 pub mod writer;
 
 pub use codec::{
-    check_batch, decode_batch, decode_checked, decode_header, encode_batch, BatchHeader,
-    Compression, BATCH_HEADER_LEN, MAX_BATCH_LEN, MAX_RECORDS_LEN,
+    batch_spans, check_batch, check_crc, decode_batch, decode_checked, decode_header, encode_batch,
+    BatchHeader, Compression, BATCH_HEADER_LEN, MAX_BATCH_LEN, MAX_RECORDS_LEN,
 };
 pub use error::{DecodeError, EncodeError};
 pub use header::{decode_segment_header, encode_segment_header, SEGMENT_HEADER_LEN};

@@ -12,7 +12,7 @@ use memmap2::Mmap;
 use bytes::Bytes;
 
 use super::codec::{
-    check_batch, decode_checked, decode_checked_shared, decode_header, BATCH_HEADER_LEN,
+    check_crc, decode_checked, decode_checked_shared, decode_header, BATCH_HEADER_LEN,
 };
 use super::index::SegmentIndex;
 use super::record::Record;
@@ -83,7 +83,7 @@ fn collect(
         }
         // Nothing in the header is trusted before the CRC says the batch is intact.
         let corrupt = |e| StoreError::corrupt(file, pos, e);
-        let header = check_batch(&image[rel..]).map_err(corrupt)?;
+        check_crc(&image[rel..], &header).map_err(corrupt)?;
         if header.base_offset >= until {
             return Ok((ReadStop::Bound, pos));
         }
