@@ -76,8 +76,8 @@ impl std::fmt::Debug for Log {
 impl Log {
     /// Opens (creating if needed) a log of `partitions` partitions in `dir`, recovering each one.
     ///
-    /// `lock` is held for as long as the log lives. Prefer [`crate::Store::open_log`], which
-    /// records the log in the store's manifest and takes the directory lock.
+    /// `lock` is held until the log is closed. Called by [`crate::Store::open_log`], which checks
+    /// the options and partition count, records the log in the MANIFEST and holds the lock.
     pub(crate) fn open(
         name: &str,
         dir: &Path,
@@ -85,12 +85,6 @@ impl Log {
         options: LogOptions,
         lock: Arc<dyn Send + Sync>,
     ) -> StoreResult<Self> {
-        options.validate().map_err(StoreError::Invalid)?;
-        if partitions == 0 || partitions > i32::MAX as u32 {
-            return Err(StoreError::Invalid(
-                "a log needs at least one partition".into(),
-            ));
-        }
         let mut shared = Vec::with_capacity(partitions as usize);
         let mut writers = Vec::with_capacity(partitions as usize);
         let mut recovery = Vec::with_capacity(partitions as usize);

@@ -80,6 +80,7 @@ impl Store {
     /// first opener). An existing log with another partition count is an error.
     pub fn open_log(&self, name: &str, partitions: u32, options: LogOptions) -> StoreResult<Log> {
         validate_log_name(name).map_err(StoreError::Invalid)?;
+        options.validate().map_err(StoreError::Invalid)?;
         let mut logs = self.inner.logs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(log) = logs.get(name).filter(|l| !l.is_closed()) {
             if log.partition_count() != partitions {
@@ -107,7 +108,7 @@ impl Store {
                 }
                 Some(_) => {}
                 None => {
-                    options.validate().map_err(StoreError::Invalid)?;
+                    // Existing entries were checked when the MANIFEST was decoded.
                     if partitions == 0 || partitions > i32::MAX as u32 {
                         return Err(StoreError::Invalid(
                             "a log needs at least one partition".into(),
