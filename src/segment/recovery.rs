@@ -35,9 +35,13 @@ pub struct SegmentRecovery {
     pub index_rebuilt: bool,
 }
 
-fn read_index(path: &Path) -> Option<SegmentIndex> {
-    let bytes = std::fs::read(path).ok()?;
-    SegmentIndex::decode(&bytes).ok()
+/// The index at `index_path`, if it decodes and matches the segment image of base offset `base`
+/// (format/INDEX.md, "Trust rule"); `None` means it is missing, damaged or stale.
+pub fn trusted_index(index_path: &Path, base: i64, image: &[u8]) -> Option<SegmentIndex> {
+    let bytes = std::fs::read(index_path).ok()?;
+    SegmentIndex::decode(&bytes)
+        .ok()
+        .filter(|i| i.base_offset == base && index_matches(image, i))
 }
 
 fn check_header(path: &Path, image: &[u8], base: i64) -> StoreResult<()> {
@@ -89,9 +93,7 @@ pub fn open_sealed(
         // `SealedSegment::map`); the only truncation below happens after this map is dropped.
         let map = unsafe { Mmap::map(&file) }.at(path)?;
         check_header(path, &map, base)?;
-        if let Some(index) =
-            read_index(index_path).filter(|i| i.base_offset == base && index_matches(&map, i))
-        {
+        if let Some(index) = trusted_index(index_path, base, &map) {
             drop(map);
             return Ok((SealedSegment::map(path, &file, index)?, report));
         }
@@ -165,9 +167,7 @@ pub fn open_last(
         return Ok((file, SegmentIndex::empty(base), report));
     }
 
-    let (start_index, start) = match read_index(index_path)
-        .filter(|i| i.base_offset == base && index_matches(&image, i))
-    {
+    let (start_index, start) = match trusted_index(index_path, base, &image) {
         Some(mut index) => {
             let start = index.last_position();
             if let Some(last) = index.entries.last() {

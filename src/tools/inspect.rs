@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::verify::segment_files;
 use crate::error::{IoContext, StoreError, StoreResult};
+use crate::segment::recovery::trusted_index;
 use crate::segment::{
     decode_batch, decode_segment_header, index_file_name, scan_segment, SegmentIndex,
     SEGMENT_HEADER_LEN,
@@ -29,9 +30,7 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
     let image = std::fs::read(path).at(path)?;
     let index = path
         .parent()
-        .and_then(|d| std::fs::read(d.join(index_file_name(base))).ok())
-        .and_then(|b| SegmentIndex::decode(&b).ok())
-        .filter(|i| crate::segment::scan::index_matches(&image, i));
+        .and_then(|d| trusted_index(&d.join(index_file_name(base)), base, &image));
     let indexed = index.is_some();
     let index = match index {
         Some(i) => i,

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, StoreResult};
+use crate::segment::recovery::trusted_index;
 use crate::segment::writer::parse_file_name;
 use crate::segment::{
     decode_segment_header, index_file_name, scan_segment, ScanEnd, SegmentIndex, SEGMENT_HEADER_LEN,
@@ -102,19 +103,13 @@ pub fn verify_segment(path: &Path, base: i64, report: &mut VerifyReport) -> Stor
     }
     if let Some(dir) = path.parent() {
         let index_path = dir.join(index_file_name(base));
-        if let Ok(bytes) = std::fs::read(&index_path) {
-            let stale = match SegmentIndex::decode(&bytes) {
-                Ok(index) => !crate::segment::scan::index_matches(&image, &index),
-                Err(_) => true,
-            };
-            if stale {
-                report.findings.push(Finding {
-                    file: index_path,
-                    offset: 0,
-                    problem: "index does not match its segment (it is rebuilt on open)".into(),
-                    corrupt: false,
-                });
-            }
+        if index_path.exists() && trusted_index(&index_path, base, &image).is_none() {
+            report.findings.push(Finding {
+                file: index_path,
+                offset: 0,
+                problem: "index does not match its segment (it is rebuilt on open)".into(),
+                corrupt: false,
+            });
         }
     }
     Ok(())
