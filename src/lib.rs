@@ -35,11 +35,15 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "ursula")]
+pub mod cold;
 pub mod coordination;
 pub mod error;
 pub mod event_log;
 pub mod fs;
 pub mod fuzzing;
+#[cfg(feature = "ursula")]
+pub mod group;
 pub mod log;
 pub mod segment;
 pub mod store;

@@ -94,3 +94,38 @@ impl Log {
         Ok(report)
     }
 }
+
+impl Log {
+    /// Deletes the sealed segments of `partition` whose records all lie below `offset` (the
+    /// owner of the data decided nothing there is referenced any more). The active segment is
+    /// never deleted.
+    pub fn delete_segments_before(
+        &self,
+        partition: u32,
+        offset: i64,
+    ) -> StoreResult<RetentionReport> {
+        let partition = self.partition(partition)?;
+        let _guard = partition
+            .maintenance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let view = partition.view();
+        let mut doomed = Vec::new();
+        for (i, segment) in view.sealed.iter().enumerate() {
+            let next_base = view
+                .sealed
+                .get(i + 1)
+                .map_or(view.active.base_offset(), |s| s.index().base_offset);
+            if next_base > offset {
+                break;
+            }
+            doomed.push(segment.clone());
+        }
+        let report = RetentionReport {
+            segments_deleted: doomed.len(),
+            bytes_deleted: doomed.iter().map(|s| s.index().segment_len).sum(),
+        };
+        remove_segments(partition, &doomed)?;
+        Ok(report)
+    }
+}

@@ -1,0 +1,884 @@
+//! Appends: single, batch (with one producer sequence for the whole batch), close, and atomic
+//! multi-stream transactions. Payload bytes are written to the payload log (fsynced) before the
+//! state that references them is committed.
+
+use bytes::Bytes;
+use ursula_runtime::{
+    AppendBatchRequest, AppendRequest, AppendResponse, AppendTransactionRequest,
+    AppendTransactionResponse, CloseStreamRequest, CloseStreamResponse, ColdWriteAdmission,
+    GroupAppendBatchResponse, GroupEngineError,
+};
+use ursula_shard::{BucketStreamId, ShardPlacement};
+use ursula_stream::{
+    canonical_json_record_ends, ProducerAppendRecord, ProducerRequest, StreamErrorCode,
+    StreamErrorContext, StreamStatus,
+};
+
+use super::db::Tx;
+use super::lifecycle::{integrity_append, validate_producer};
+use super::rows::{MessageRow, ProducerRow, ReceiptRow};
+use super::state::{is_closed, renew_ttl, GroupState};
+use super::{not_found, stream_error, DiskGroupEngine};
+
+/// One append, as the state machine sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct AppendInput {
+    pub stream_id: BucketStreamId,
+    pub content_type: Option<String>,
+    pub payload: Bytes,
+    pub close_after: bool,
+    pub stream_seq: Option<String>,
+    pub producer: Option<ProducerRequest>,
+    pub now_ms: u64,
+    pub record_match: Option<u64>,
+}
+
+impl From<AppendRequest> for AppendInput {
+    fn from(r: AppendRequest) -> Self {
+        Self {
+            stream_id: r.stream_id,
+            content_type: Some(r.content_type),
+            payload: r.payload,
+            close_after: r.close_after,
+            stream_seq: r.stream_seq,
+            producer: r.producer,
+            now_ms: r.now_ms,
+            record_match: r.record_match,
+        }
+    }
+}
+
+/// What an accepted (or answered-from-receipt) append did.
+#[derive(Debug, Clone)]
+pub(crate) enum AppendOutcome {
+    /// Bytes were appended (or a receipt for them was found).
+    Appended {
+        offset: u64,
+        next_offset: u64,
+        closed: bool,
+        deduplicated: bool,
+        producer: Option<ProducerRequest>,
+    },
+    /// An empty close was applied (or found).
+    Closed {
+        next_offset: u64,
+        deduplicated: bool,
+    },
+}
+
+/// What the producer header means for an append.
+enum ProducerDecision {
+    Accept,
+    Duplicate {
+        receipt: ReceiptRow,
+        producer: ProducerRequest,
+    },
+}
+
+/// A validated append, ready to be written.
+pub(crate) struct PlannedAppend {
+    input: AppendInput,
+}
+
+impl DiskGroupEngine {
+    fn evaluate_producer(
+        &self,
+        id: &BucketStreamId,
+        producer: Option<&ProducerRequest>,
+    ) -> Result<ProducerDecision, GroupEngineError> {
+        let Some(p) = producer else {
+            return Ok(ProducerDecision::Accept);
+        };
+        let Some(state) = self
+            .state
+            .producers
+            .get(id)
+            .and_then(|m| m.get(&p.producer_id))
+        else {
+            if p.producer_seq == 0 || !self.state.streams.contains_key(id) {
+                return Ok(ProducerDecision::Accept);
+            }
+            return Err(seq_conflict(
+                p,
+                0,
+                format!(
+                    "producer '{}' expected sequence 0, received {}",
+                    p.producer_id, p.producer_seq
+                ),
+            ));
+        };
+        if p.producer_epoch < state.epoch {
+            return Err(GroupEngineError::stream_with_context(
+                StreamErrorCode::ProducerEpochStale,
+                format!(
+                    "producer '{}' epoch {} is stale; current epoch is {}",
+                    p.producer_id, p.producer_epoch, state.epoch
+                ),
+                None,
+                vec![StreamErrorContext::ProducerEpochStale {
+                    current_epoch: state.epoch,
+                }],
+            ));
+        }
+        if p.producer_epoch > state.epoch {
+            if p.producer_seq == 0 {
+                return Ok(ProducerDecision::Accept);
+            }
+            return Err(stream_error(
+                StreamErrorCode::InvalidProducer,
+                format!(
+                    "producer '{}' new epoch {} must start at sequence 0",
+                    p.producer_id, p.producer_epoch
+                ),
+            ));
+        }
+        if p.producer_seq <= state.seq {
+            let Some(receipt) = self.db.receipt(id, &p.producer_id, p.producer_seq)? else {
+                return Err(seq_conflict(p, state.seq + 1, format!(
+                    "producer '{}' sequence {} is older than the retained receipt window ending at {}",
+                    p.producer_id, p.producer_seq, state.seq
+                )));
+            };
+            return Ok(ProducerDecision::Duplicate {
+                receipt,
+                producer: ProducerRequest {
+                    producer_id: p.producer_id.clone(),
+                    producer_epoch: state.epoch,
+                    producer_seq: p.producer_seq,
+                },
+            });
+        }
+        if p.producer_seq == state.seq + 1 {
+            return Ok(ProducerDecision::Accept);
+        }
+        Err(seq_conflict(
+            p,
+            state.seq + 1,
+            format!(
+                "producer '{}' expected sequence {}, received {}",
+                p.producer_id,
+                state.seq + 1,
+                p.producer_seq
+            ),
+        ))
+    }
+
+    /// Records an accepted producer sequence with its receipt.
+    fn record_producer(
+        &mut self,
+        tx: &mut Tx,
+        id: &BucketStreamId,
+        p: &ProducerRequest,
+        items: Vec<ProducerAppendRecord>,
+    ) {
+        let Some(last) = items.last().cloned() else {
+            return;
+        };
+        let heads = self.state.producers.entry(id.clone()).or_default();
+        let reset = heads
+            .get(&p.producer_id)
+            .is_none_or(|h| h.epoch != p.producer_epoch);
+        let row = ProducerRow {
+            epoch: p.producer_epoch,
+            seq: p.producer_seq,
+            last_start_offset: last.start_offset,
+            last_next_offset: last.next_offset,
+            last_closed: last.closed,
+            last_items: items.clone(),
+        };
+        tx.put_producer(&self.db, id, &p.producer_id, &row, reset);
+        tx.put_receipt(
+            &self.db,
+            id,
+            &p.producer_id,
+            p.producer_seq,
+            &ReceiptRow {
+                start_offset: last.start_offset,
+                next_offset: last.next_offset,
+                closed: last.closed,
+                items,
+            },
+        );
+        heads.insert(p.producer_id.clone(), row);
+    }
+
+    /// Checks one append against the stream (ursula's order of checks). `Ok(Err(outcome))` is an
+    /// answer without a write (a duplicate); `Ok(Ok(plan))` must then be applied.
+    pub(crate) fn plan_append(
+        &mut self,
+        tx: &mut Tx,
+        input: AppendInput,
+    ) -> Result<Result<PlannedAppend, AppendOutcome>, GroupEngineError> {
+        let id = input.stream_id.clone();
+        self.validate_scope(&id)?;
+        validate_producer(input.producer.as_ref())?;
+        if !self.state.streams.contains_key(&id) {
+            return Err(not_found(&id));
+        }
+        if self.expire_if_due(tx, &id, input.now_ms) {
+            return Err(not_found(&id));
+        }
+        if let ProducerDecision::Duplicate { receipt, producer } =
+            self.evaluate_producer(&id, input.producer.as_ref())?
+        {
+            if input.payload.is_empty() {
+                return Ok(Err(AppendOutcome::Closed {
+                    next_offset: receipt.next_offset,
+                    deduplicated: true,
+                }));
+            }
+            return Ok(Err(AppendOutcome::Appended {
+                offset: receipt.start_offset,
+                next_offset: receipt.next_offset,
+                closed: receipt.closed,
+                deduplicated: true,
+                producer: Some(producer),
+            }));
+        }
+        if input.record_match.is_some() {
+            return Err(stream_error(
+                StreamErrorCode::InvalidRecordBoundaries,
+                "Stream-Record-Match requires active JSON record coordinates",
+            ));
+        }
+        if let Some(content_type) = &input.content_type {
+            canonical_json_record_ends(content_type, &input.payload).map_err(|_| {
+                stream_error(
+                    StreamErrorCode::InvalidRecordBoundaries,
+                    "application/json append payload must use canonical newline boundaries",
+                )
+            })?;
+        }
+        if !input.payload.is_empty() {
+            self.check_retained_quota(&id.bucket_id, input.payload.len() as u64)?;
+        }
+        let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+        let m = &row.metadata;
+        if is_closed(m) {
+            if input.close_after && input.payload.is_empty() {
+                return Ok(Err(AppendOutcome::Closed {
+                    next_offset: m.tail_offset,
+                    deduplicated: false,
+                }));
+            }
+            return Err(GroupEngineError::stream_with_context(
+                StreamErrorCode::StreamClosed,
+                format!("stream '{id}' is closed"),
+                Some(m.tail_offset),
+                vec![StreamErrorContext::StreamClosed],
+            ));
+        }
+        if input.payload.is_empty() && !input.close_after {
+            return Err(stream_error(
+                StreamErrorCode::EmptyAppend,
+                "append payload must be non-empty unless closing the stream",
+            ));
+        }
+        if !input.payload.is_empty() {
+            let Some(content_type) = &input.content_type else {
+                return Err(stream_error(
+                    StreamErrorCode::MissingContentType,
+                    "append with a body must include content type",
+                ));
+            };
+            if *content_type != m.content_type {
+                return Err(GroupEngineError::stream_with_next_offset(
+                    StreamErrorCode::ContentTypeMismatch,
+                    format!("append content type '{content_type}' does not match stream content type '{}'", m.content_type),
+                    Some(m.tail_offset),
+                ));
+            }
+        }
+        if let (Some(incoming), Some(last)) = (&input.stream_seq, &m.last_stream_seq) {
+            if incoming <= last {
+                return Err(GroupEngineError::stream_with_next_offset(
+                    StreamErrorCode::StreamSeqConflict,
+                    format!(
+                        "stream sequence '{incoming}' is not greater than last sequence '{last}'"
+                    ),
+                    Some(m.tail_offset),
+                ));
+            }
+        }
+        Ok(Ok(PlannedAppend { input }))
+    }
+
+    /// Applies a planned append whose payload (if any) already sits at `log_offset`.
+    pub(crate) fn apply_append(
+        &mut self,
+        tx: &mut Tx,
+        plan: PlannedAppend,
+        log_offset: Option<u64>,
+    ) -> Result<AppendOutcome, GroupEngineError> {
+        let input = plan.input;
+        let id = input.stream_id.clone();
+        let len = input.payload.len() as u64;
+        let row = self
+            .state
+            .streams
+            .get_mut(&id)
+            .ok_or_else(|| not_found(&id))?;
+        let offset = row.metadata.tail_offset;
+        row.metadata.tail_offset = offset.saturating_add(len);
+        if let Some(seq) = input.stream_seq.clone() {
+            row.metadata.last_stream_seq = Some(seq);
+        }
+        renew_ttl(&mut row.metadata, input.now_ms);
+        if input.close_after {
+            row.metadata.status = StreamStatus::Closed;
+        }
+        let closed = is_closed(&row.metadata);
+        let next_offset = row.metadata.tail_offset;
+        if let Some(log_offset) = log_offset {
+            integrity_append(row, &id, offset, next_offset, &input.payload);
+            row.append_count += 1;
+            tx.put_message(
+                &self.db,
+                &id,
+                offset,
+                MessageRow {
+                    end_offset: next_offset,
+                    log_offset,
+                },
+            );
+        }
+        if let Some(p) = &input.producer {
+            let item = ProducerAppendRecord {
+                start_offset: offset,
+                next_offset,
+                closed,
+                record_start: None,
+                record_next: None,
+            };
+            self.record_producer(tx, &id, p, vec![item]);
+        }
+        self.save_stream(tx, &id);
+        self.state.commit_index += 1;
+        if input.payload.is_empty() {
+            return Ok(AppendOutcome::Closed {
+                next_offset,
+                deduplicated: false,
+            });
+        }
+        self.usage_on_append(tx, &id.bucket_id, len, 1, false);
+        Ok(AppendOutcome::Appended {
+            offset,
+            next_offset,
+            closed: input.close_after,
+            deduplicated: false,
+            producer: input.producer,
+        })
+    }
+
+    /// Plans, writes the payload, and applies one append into `tx` (not committed).
+    pub(crate) async fn append_core(
+        &mut self,
+        tx: &mut Tx,
+        input: AppendInput,
+        admission: ColdWriteAdmission,
+    ) -> Result<AppendOutcome, GroupEngineError> {
+        let plan = match self.plan_append(tx, input)? {
+            Err(answer) => {
+                // A close of an already closed stream is a (no-op) committed outcome.
+                if matches!(
+                    answer,
+                    AppendOutcome::Closed {
+                        deduplicated: false,
+                        ..
+                    }
+                ) {
+                    self.state.commit_index += 1;
+                }
+                return Ok(answer);
+            }
+            Ok(plan) => plan,
+        };
+        let id = plan.input.stream_id.clone();
+        self.check_admission(&id, admission, plan.input.payload.len() as u64)?;
+        let log_offset = if plan.input.payload.is_empty() {
+            None
+        } else {
+            let partition = self.state.streams.get(&id).map_or(0, |r| r.partition);
+            let offsets = self
+                .payloads
+                .append(
+                    &id,
+                    partition,
+                    std::slice::from_ref(&plan.input.payload),
+                    plan.input.now_ms,
+                )
+                .await?;
+            offsets.first().copied()
+        };
+        self.apply_append(tx, plan, log_offset)
+    }
+
+    /// The response for an append outcome.
+    pub(crate) fn append_response(
+        &self,
+        id: &BucketStreamId,
+        outcome: AppendOutcome,
+        placement: ShardPlacement,
+    ) -> Result<AppendResponse, GroupEngineError> {
+        match outcome {
+            AppendOutcome::Appended {
+                offset,
+                next_offset,
+                closed,
+                deduplicated,
+                producer,
+            } => {
+                let row = self.state.streams.get(id);
+                Ok(AppendResponse {
+                    placement,
+                    start_offset: offset,
+                    next_offset,
+                    stream_append_count: row.map_or(0, |r| r.append_count),
+                    group_commit_index: self.state.commit_index,
+                    closed,
+                    deduplicated,
+                    producer,
+                    record_range: None,
+                    stream_hot_bytes: row.map_or(0, GroupState::stream_hot_bytes),
+                    group_hot_bytes: self.state.group_hot_bytes(),
+                })
+            }
+            other => Err(GroupEngineError::new(format!(
+                "unexpected append response: {other:?}"
+            ))),
+        }
+    }
+
+    /// `append`.
+    pub(crate) async fn append_inner(
+        &mut self,
+        request: AppendRequest,
+        placement: ShardPlacement,
+        admission: ColdWriteAdmission,
+    ) -> Result<AppendResponse, GroupEngineError> {
+        let id = request.stream_id.clone();
+        if admission.max_hot_bytes_per_group.is_none() {
+            self.ensure_access(&id, request.now_ms, false, placement)?;
+        }
+        let mut tx = Tx::default();
+        let outcome = self.append_core(&mut tx, request.into(), admission).await;
+        if outcome.is_err() && admission.max_hot_bytes_per_group.is_some() {
+            return self.rollback(
+                outcome
+                    .err()
+                    .unwrap_or_else(|| GroupEngineError::new("append")),
+            );
+        }
+        let response = outcome.and_then(|o| self.append_response(&id, o, placement));
+        self.finish(tx, response)
+    }
+
+    /// `close_stream`: an empty append with `close_after`.
+    pub(crate) async fn close_inner(
+        &mut self,
+        request: CloseStreamRequest,
+        placement: ShardPlacement,
+    ) -> Result<CloseStreamResponse, GroupEngineError> {
+        let id = request.stream_id.clone();
+        self.ensure_access(&id, request.now_ms, false, placement)?;
+        let mut tx = Tx::default();
+        let input = AppendInput {
+            stream_id: id.clone(),
+            content_type: None,
+            payload: Bytes::new(),
+            close_after: true,
+            stream_seq: request.stream_seq,
+            producer: request.producer,
+            now_ms: request.now_ms,
+            record_match: None,
+        };
+        let outcome = self
+            .append_core(&mut tx, input, ColdWriteAdmission::default())
+            .await;
+        self.sweep_expired(&mut tx, request.now_ms);
+        let response = outcome.and_then(|o| match o {
+            AppendOutcome::Closed {
+                next_offset,
+                deduplicated,
+            } => Ok(CloseStreamResponse {
+                placement,
+                next_offset,
+                group_commit_index: self.state.commit_index,
+                deduplicated,
+                record_range: None,
+            }),
+            other => Err(GroupEngineError::new(format!(
+                "unexpected close stream write response: {other:?}"
+            ))),
+        });
+        self.finish(tx, response)
+    }
+
+    /// `append_batch`: with a producer, one sequence for the whole batch (all or nothing);
+    /// without, each payload independently.
+    pub(crate) async fn append_batch_inner(
+        &mut self,
+        request: AppendBatchRequest,
+        placement: ShardPlacement,
+        admission: ColdWriteAdmission,
+    ) -> Result<GroupAppendBatchResponse, GroupEngineError> {
+        let id = request.stream_id.clone();
+        if admission.max_hot_bytes_per_group.is_none() {
+            self.ensure_access(&id, request.now_ms, false, placement)?;
+        }
+        let mut tx = Tx::default();
+        let content_type = Some(request.content_type.clone());
+        let result = match request.producer.clone() {
+            Some(producer) => {
+                self.producer_batch(
+                    &mut tx,
+                    &id,
+                    content_type,
+                    request.payloads,
+                    producer,
+                    request.now_ms,
+                    placement,
+                    admission,
+                )
+                .await
+            }
+            None => {
+                let incoming: u64 = request.payloads.iter().map(|p| p.len() as u64).sum();
+                let mutates = request.payloads.iter().any(|p| !p.is_empty());
+                if admission.max_hot_bytes_per_group.is_some() && mutates {
+                    if let Err(e) =
+                        self.preview_batch_mutates(&id, &request.payloads)
+                            .and_then(|m| {
+                                if m {
+                                    self.check_admission(&id, admission, incoming)
+                                } else {
+                                    Ok(())
+                                }
+                            })
+                    {
+                        return self.rollback(e);
+                    }
+                }
+                let mut items = Vec::with_capacity(request.payloads.len());
+                for payload in request.payloads {
+                    if payload.is_empty() {
+                        items.push(Err(stream_error(
+                            StreamErrorCode::EmptyAppend,
+                            "append payload must be non-empty",
+                        )));
+                        continue;
+                    }
+                    let input = AppendInput {
+                        stream_id: id.clone(),
+                        content_type: content_type.clone(),
+                        payload,
+                        close_after: false,
+                        stream_seq: None,
+                        producer: None,
+                        now_ms: request.now_ms,
+                        record_match: None,
+                    };
+                    let item = self
+                        .append_core(&mut tx, input, ColdWriteAdmission::default())
+                        .await
+                        .and_then(|o| self.append_response(&id, o, placement));
+                    items.push(item);
+                }
+                Ok(GroupAppendBatchResponse { placement, items })
+            }
+        };
+        if result.is_err() && admission.max_hot_bytes_per_group.is_some() {
+            return self.rollback(
+                result
+                    .err()
+                    .unwrap_or_else(|| GroupEngineError::new("append batch")),
+            );
+        }
+        self.finish(tx, result)
+    }
+
+    /// True when a producer-less batch would append at least one item (the stream accepts data).
+    fn preview_batch_mutates(
+        &self,
+        id: &BucketStreamId,
+        payloads: &[Bytes],
+    ) -> Result<bool, GroupEngineError> {
+        Ok(self
+            .state
+            .streams
+            .get(id)
+            .is_some_and(|r| !is_closed(&r.metadata))
+            && payloads.iter().any(|p| !p.is_empty()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn producer_batch(
+        &mut self,
+        tx: &mut Tx,
+        id: &BucketStreamId,
+        content_type: Option<String>,
+        payloads: Vec<Bytes>,
+        producer: ProducerRequest,
+        now_ms: u64,
+        placement: ShardPlacement,
+        admission: ColdWriteAdmission,
+    ) -> Result<GroupAppendBatchResponse, GroupEngineError> {
+        if payloads.is_empty() {
+            return Err(stream_error(
+                StreamErrorCode::EmptyAppend,
+                "append batch must contain at least one payload",
+            ));
+        }
+        self.validate_scope(id)?;
+        validate_producer(Some(&producer))?;
+        if self.expire_if_due(tx, id, now_ms) {
+            return Err(not_found(id));
+        }
+        let old_commit = self.state.commit_index;
+        let old_count = self.state.streams.get(id).map_or(0, |r| r.append_count);
+        if let ProducerDecision::Duplicate { receipt, .. } =
+            self.evaluate_producer(id, Some(&producer))?
+        {
+            let row = self.state.streams.get(id);
+            let stream_hot = row.map_or(0, GroupState::stream_hot_bytes);
+            let group_hot = self.state.group_hot_bytes();
+            let items = receipt
+                .items
+                .into_iter()
+                .map(|item| {
+                    Ok(AppendResponse {
+                        placement,
+                        start_offset: item.start_offset,
+                        next_offset: item.next_offset,
+                        stream_append_count: old_count,
+                        group_commit_index: old_commit,
+                        closed: item.closed,
+                        deduplicated: true,
+                        producer: None,
+                        record_range: None,
+                        stream_hot_bytes: stream_hot,
+                        group_hot_bytes: group_hot,
+                    })
+                })
+                .collect();
+            return Ok(GroupAppendBatchResponse { placement, items });
+        }
+        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let m = &row.metadata;
+        if is_closed(m) {
+            return Err(GroupEngineError::stream_with_context(
+                StreamErrorCode::StreamClosed,
+                format!("stream '{id}' is closed"),
+                Some(m.tail_offset),
+                vec![StreamErrorContext::StreamClosed],
+            ));
+        }
+        let Some(content_type) = content_type else {
+            return Err(stream_error(
+                StreamErrorCode::MissingContentType,
+                "append batch must include content type",
+            ));
+        };
+        if content_type != m.content_type {
+            return Err(GroupEngineError::stream_with_next_offset(
+                StreamErrorCode::ContentTypeMismatch,
+                format!(
+                    "append content type '{content_type}' does not match stream content type '{}'",
+                    m.content_type
+                ),
+                Some(m.tail_offset),
+            ));
+        }
+        if payloads.iter().any(|p| p.is_empty()) {
+            return Err(stream_error(
+                StreamErrorCode::EmptyAppend,
+                "append batch payloads must be non-empty",
+            ));
+        }
+        let total: u64 = payloads.iter().map(|p| p.len() as u64).sum();
+        self.check_retained_quota(&id.bucket_id, total)?;
+        self.check_admission(id, admission, total)?;
+        let partition = row.partition;
+        let log_offsets = self
+            .payloads
+            .append(id, partition, &payloads, now_ms)
+            .await?;
+        let row = self
+            .state
+            .streams
+            .get_mut(id)
+            .ok_or_else(|| not_found(id))?;
+        let mut items = Vec::with_capacity(payloads.len());
+        for (payload, log_offset) in payloads.iter().zip(&log_offsets) {
+            let start = row.metadata.tail_offset;
+            let end = start + payload.len() as u64;
+            row.metadata.tail_offset = end;
+            integrity_append(row, id, start, end, payload);
+            row.append_count += 1;
+            tx.put_message(
+                &self.db,
+                id,
+                start,
+                MessageRow {
+                    end_offset: end,
+                    log_offset: *log_offset,
+                },
+            );
+            items.push(ProducerAppendRecord {
+                start_offset: start,
+                next_offset: end,
+                closed: false,
+                record_start: None,
+                record_next: None,
+            });
+        }
+        renew_ttl(&mut row.metadata, now_ms);
+        self.record_producer(tx, id, &producer, items.clone());
+        self.save_stream(tx, id);
+        self.usage_on_append(tx, &id.bucket_id, total, payloads.len() as u64, false);
+        self.state.commit_index += items.len() as u64;
+        let row = self.state.streams.get(id);
+        let stream_hot = row.map_or(0, GroupState::stream_hot_bytes);
+        let group_hot = self.state.group_hot_bytes();
+        let responses = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                Ok(AppendResponse {
+                    placement,
+                    start_offset: item.start_offset,
+                    next_offset: item.next_offset,
+                    stream_append_count: old_count + i as u64 + 1,
+                    group_commit_index: old_commit + i as u64 + 1,
+                    closed: false,
+                    deduplicated: false,
+                    producer: None,
+                    record_range: None,
+                    stream_hot_bytes: stream_hot,
+                    group_hot_bytes: group_hot,
+                })
+            })
+            .collect();
+        Ok(GroupAppendBatchResponse {
+            placement,
+            items: responses,
+        })
+    }
+
+    /// `append_transaction`: appends to several streams of one bucket and affinity key, all or
+    /// none, in one payload-log round and one state commit.
+    pub(crate) async fn append_transaction_inner(
+        &mut self,
+        request: AppendTransactionRequest,
+        placement: ShardPlacement,
+        admission: ColdWriteAdmission,
+    ) -> Result<AppendTransactionResponse, GroupEngineError> {
+        let operations = request.operations;
+        let Some(first) = operations.first() else {
+            return Err(stream_error(
+                StreamErrorCode::EmptyAppend,
+                "append transaction must contain at least one operation",
+            ));
+        };
+        let scope = (
+            first.stream_id.bucket_id.clone(),
+            first.stream_id.affinity_key.clone(),
+        );
+        if scope.1.is_none() {
+            return Err(stream_error(
+                StreamErrorCode::InvalidStreamId,
+                "append transactions require a path affinity key",
+            ));
+        }
+        if operations.iter().any(|op| {
+            (
+                op.stream_id.bucket_id.clone(),
+                op.stream_id.affinity_key.clone(),
+            ) != scope
+        }) {
+            return Err(stream_error(
+                StreamErrorCode::InvalidStreamId,
+                "append transaction operations must share one bucket and affinity key",
+            ));
+        }
+        let total: u64 = operations.iter().map(|op| op.payload.len() as u64).sum();
+        self.check_admission(&first.stream_id, admission, total)?;
+        // Validate every operation against state that includes the earlier ones, on a scratch
+        // copy of memory: nothing is written unless all of them pass.
+        let saved = self.state.clone();
+        let mut tx = Tx::default();
+        let mut plans = Vec::with_capacity(operations.len());
+        let mut simulated = Vec::with_capacity(operations.len());
+        for op in operations {
+            let input: AppendInput = op.into();
+            match self.plan_append(&mut tx, input) {
+                Ok(Ok(plan)) => {
+                    // Simulate the effect so later operations see it (no payload yet).
+                    let len = plan.input.payload.len() as u64;
+                    let id = plan.input.stream_id.clone();
+                    let fake = PlannedAppend {
+                        input: plan.input.clone(),
+                    };
+                    let outcome =
+                        self.apply_append(&mut Tx::default(), fake, (len > 0).then_some(0))?;
+                    simulated.push(outcome);
+                    plans.push((id, plan));
+                }
+                Ok(Err(answer)) => {
+                    self.state = saved;
+                    return Err(GroupEngineError::new(format!(
+                        "append transaction operation answered without a write: {answer:?}"
+                    )));
+                }
+                Err(e) => {
+                    self.state = saved;
+                    return Err(e);
+                }
+            }
+        }
+        drop(simulated);
+        self.state = saved;
+        // Write every payload in one round, then apply all operations into one commit.
+        let items: Vec<(BucketStreamId, u32, Vec<Bytes>)> = plans
+            .iter()
+            .map(|(id, plan)| {
+                let partition = self.state.streams.get(id).map_or(0, |r| r.partition);
+                let payloads = if plan.input.payload.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![plan.input.payload.clone()]
+                };
+                (id.clone(), partition, payloads)
+            })
+            .collect();
+        let now_ms = plans.first().map_or(0, |(_, p)| p.input.now_ms);
+        let offsets = self.payloads.append_many(items, now_ms).await?;
+        let mut tx = Tx::default();
+        let mut responses = Vec::with_capacity(plans.len());
+        for ((id, plan), offsets) in plans.into_iter().zip(offsets) {
+            let outcome = self.apply_append(&mut tx, plan, offsets.first().copied())?;
+            responses.push(self.append_response(&id, outcome, placement)?);
+        }
+        let group_hot = self.state.group_hot_bytes();
+        for r in &mut responses {
+            r.group_hot_bytes = group_hot;
+        }
+        self.commit(tx)?;
+        Ok(AppendTransactionResponse {
+            placement,
+            items: responses,
+        })
+    }
+}
+
+fn seq_conflict(p: &ProducerRequest, expected: u64, message: String) -> GroupEngineError {
+    GroupEngineError::stream_with_context(
+        StreamErrorCode::ProducerSeqConflict,
+        message,
+        None,
+        vec![StreamErrorContext::ProducerSeqConflict {
+            expected_seq: expected,
+            received_seq: p.producer_seq,
+        }],
+    )
+}

@@ -1,0 +1,483 @@
+//! The RocksDB database that holds group state: column families, one atomic `WriteBatch` per
+//! command (written with sync), and the full load at open (format/GROUP_STATE.md).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::Path;
+
+use rocksdb::{
+    ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
+};
+use ursula_shard::BucketStreamId;
+
+use super::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
+use super::rows::{
+    decode_row, encode_row, GcRow, MessageRow, ProducerRow, QuotaRow, ReceiptRow, StreamRow,
+    UsageRow,
+};
+use super::state::GroupState;
+use super::GroupError;
+
+/// Version of the group-state layout; stored under `meta/format_version`.
+pub const GROUP_STATE_VERSION: u64 = 1;
+
+pub(crate) const CF_META: &str = "meta";
+pub(crate) const CF_BUCKETS: &str = "buckets";
+pub(crate) const CF_STREAMS: &str = "streams";
+pub(crate) const CF_MESSAGES: &str = "messages";
+pub(crate) const CF_PRODUCERS: &str = "producers";
+pub(crate) const CF_RECEIPTS: &str = "receipts";
+pub(crate) const CF_USAGE: &str = "usage";
+pub(crate) const CF_QUOTAS: &str = "quotas";
+pub(crate) const CF_COLD_GC: &str = "cold_gc";
+pub(crate) const CF_RETIRED_COUNTS: &str = "retired_counts";
+
+/// Every column family, in creation order.
+pub(crate) const COLUMN_FAMILIES: [&str; 10] = [
+    CF_META,
+    CF_BUCKETS,
+    CF_STREAMS,
+    CF_MESSAGES,
+    CF_PRODUCERS,
+    CF_RECEIPTS,
+    CF_USAGE,
+    CF_QUOTAS,
+    CF_COLD_GC,
+    CF_RETIRED_COUNTS,
+];
+
+const META_FORMAT_VERSION: &[u8] = b"format_version";
+const META_COMMIT_INDEX: &[u8] = b"commit_index";
+const META_NEXT_GC_SEQ: &[u8] = b"next_cold_gc_seq";
+
+/// The open database.
+pub(crate) struct GroupDb {
+    db: DB,
+}
+
+/// The writes of one command, committed atomically by [`GroupDb::commit`].
+#[derive(Default)]
+pub(crate) struct Tx {
+    batch: WriteBatch,
+    error: Option<GroupError>,
+}
+
+impl GroupDb {
+    /// Opens (creating when absent) the database in `dir`, checking its format version.
+    pub fn open(dir: &Path) -> Result<Self, GroupError> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        let families = COLUMN_FAMILIES
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
+        let db = DB::open_cf_descriptors(&options, dir, families)?;
+        let this = Self { db };
+        match this.get(CF_META, META_FORMAT_VERSION)? {
+            None => {
+                let mut tx = Tx::default();
+                tx.put_raw(
+                    &this,
+                    CF_META,
+                    META_FORMAT_VERSION,
+                    &GROUP_STATE_VERSION.to_be_bytes(),
+                );
+                this.commit(tx)?;
+            }
+            Some(v) if v.as_slice() == GROUP_STATE_VERSION.to_be_bytes() => {}
+            Some(v) => {
+                return Err(GroupError::Corrupt(format!(
+                    "group state format version {v:?}, this build reads {GROUP_STATE_VERSION}"
+                )))
+            }
+        }
+        Ok(this)
+    }
+
+    fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, GroupError> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| GroupError::Corrupt(format!("missing column family {name}")))
+    }
+
+    /// Reads one key.
+    pub fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>, GroupError> {
+        Ok(self.db.get_cf(self.cf(cf)?, key)?)
+    }
+
+    /// Writes `tx` atomically and durably (WAL fsync before return).
+    pub fn commit(&self, tx: Tx) -> Result<(), GroupError> {
+        if let Some(e) = tx.error {
+            return Err(e);
+        }
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        Ok(self.db.write_opt(tx.batch, &options)?)
+    }
+
+    /// Calls `f` with every `(key, value)` of `cf` whose key starts with `prefix`, from `from`
+    /// (a full key at or after the prefix) on, until `f` returns false.
+    pub fn scan(
+        &self,
+        cf: &str,
+        prefix: &[u8],
+        from: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool, GroupError>,
+    ) -> Result<(), GroupError> {
+        let iter = self
+            .db
+            .iterator_cf(self.cf(cf)?, IteratorMode::From(from, Direction::Forward));
+        for item in iter {
+            let (key, value) = item?;
+            if !key.starts_with(prefix) || !f(&key, &value)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The message row whose start is the greatest at or below `offset`, as `(start, row)`.
+    pub fn message_at_or_before(
+        &self,
+        id: &BucketStreamId,
+        offset: u64,
+    ) -> Result<Option<(u64, MessageRow)>, GroupError> {
+        let prefix = stream_key(id);
+        let key = super::keys::message_key(id, offset);
+        let mut iter = self.db.iterator_cf(
+            self.cf(CF_MESSAGES)?,
+            IteratorMode::From(&key, Direction::Reverse),
+        );
+        match iter.next() {
+            Some(item) => {
+                let (k, v) = item?;
+                if !k.starts_with(&prefix) {
+                    return Ok(None);
+                }
+                Ok(Some((
+                    message_start(&k, prefix.len())?,
+                    MessageRow::decode(&v)?,
+                )))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Message rows of `id` with start in `[from, to)`, in offset order.
+    pub fn messages(
+        &self,
+        id: &BucketStreamId,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, MessageRow)>, GroupError> {
+        let prefix = stream_key(id);
+        let mut out = Vec::new();
+        self.scan(
+            CF_MESSAGES,
+            &prefix,
+            &super::keys::message_key(id, from),
+            |k, v| {
+                let start = message_start(k, prefix.len())?;
+                if start >= to {
+                    return Ok(false);
+                }
+                out.push((start, MessageRow::decode(v)?));
+                Ok(true)
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// The receipt of `seq` for a producer, if kept.
+    pub fn receipt(
+        &self,
+        id: &BucketStreamId,
+        producer: &str,
+        seq: u64,
+    ) -> Result<Option<ReceiptRow>, GroupError> {
+        self.get(CF_RECEIPTS, &super::keys::receipt_key(id, producer, seq))?
+            .map(|v| decode_row("receipt", &v))
+            .transpose()
+    }
+
+    /// Every receipt of a producer, in sequence order.
+    pub fn receipts(
+        &self,
+        id: &BucketStreamId,
+        producer: &str,
+    ) -> Result<Vec<(u64, ReceiptRow)>, GroupError> {
+        let prefix = super::keys::producer_key(id, producer);
+        let mut out = Vec::new();
+        self.scan(CF_RECEIPTS, &prefix, &prefix, |k, v| {
+            let seq = k
+                .get(prefix.len()..)
+                .and_then(|s| <[u8; 8]>::try_from(s).ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| GroupError::Corrupt("receipt key".into()))?;
+            out.push((seq, decode_row("receipt", v)?));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Loads every small table into memory (messages and receipts stay on disk).
+    pub fn load(&self) -> Result<GroupState, GroupError> {
+        let mut state = GroupState {
+            commit_index: self.meta_u64(META_COMMIT_INDEX)?,
+            next_gc_seq: self.meta_u64(META_NEXT_GC_SEQ)?,
+            buckets: BTreeSet::new(),
+            streams: HashMap::new(),
+            producers: HashMap::new(),
+            usage: BTreeMap::new(),
+            quotas: BTreeMap::new(),
+            gc: VecDeque::new(),
+            retired_counts: HashMap::new(),
+        };
+        self.scan(CF_BUCKETS, &[], &[], |k, _| {
+            let bucket = String::from_utf8(k.to_vec())
+                .map_err(|_| GroupError::Corrupt("bucket key".into()))?;
+            state.buckets.insert(bucket);
+            Ok(true)
+        })?;
+        self.scan(CF_STREAMS, &[], &[], |k, v| {
+            let (id, _) =
+                decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("stream key".into()))?;
+            state.streams.insert(id, decode_row("stream", v)?);
+            Ok(true)
+        })?;
+        self.scan(CF_PRODUCERS, &[], &[], |k, v| {
+            let (id, rest) =
+                decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("producer key".into()))?;
+            let producer = decode_producer_suffix(rest)
+                .ok_or_else(|| GroupError::Corrupt("producer key".into()))?;
+            let row: ProducerRow = decode_row("producer", v)?;
+            state.producers.entry(id).or_default().insert(producer, row);
+            Ok(true)
+        })?;
+        self.scan(CF_USAGE, &[], &[], |k, v| {
+            state.usage.insert(
+                String::from_utf8_lossy(k).into_owned(),
+                decode_row::<UsageRow>("usage", v)?,
+            );
+            Ok(true)
+        })?;
+        self.scan(CF_QUOTAS, &[], &[], |k, v| {
+            state.quotas.insert(
+                String::from_utf8_lossy(k).into_owned(),
+                decode_row::<QuotaRow>("quota", v)?,
+            );
+            Ok(true)
+        })?;
+        self.scan(CF_RETIRED_COUNTS, &[], &[], |k, v| {
+            let (id, _) = decode_stream_key(k)
+                .ok_or_else(|| GroupError::Corrupt("retired count key".into()))?;
+            let count = <[u8; 8]>::try_from(v)
+                .map(u64::from_be_bytes)
+                .map_err(|_| GroupError::Corrupt("retired count".into()))?;
+            state.retired_counts.insert(id, count);
+            Ok(true)
+        })?;
+        self.scan(CF_COLD_GC, &[], &[], |_, v| {
+            state.gc.push_back(decode_row::<GcRow>("cold gc", v)?);
+            Ok(true)
+        })?;
+        Ok(state)
+    }
+
+    fn meta_u64(&self, key: &[u8]) -> Result<u64, GroupError> {
+        match self.get(CF_META, key)? {
+            None => Ok(0),
+            Some(v) => <[u8; 8]>::try_from(v.as_slice())
+                .map(u64::from_be_bytes)
+                .map_err(|_| GroupError::Corrupt("meta value".into())),
+        }
+    }
+
+    /// Flushes memtables (used at shutdown so reopen does not replay the WAL).
+    pub fn flush(&self) -> Result<(), GroupError> {
+        for name in COLUMN_FAMILIES {
+            self.db.flush_cf(self.cf(name)?)?;
+        }
+        Ok(())
+    }
+}
+
+fn message_start(key: &[u8], prefix_len: usize) -> Result<u64, GroupError> {
+    key.get(prefix_len..)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| GroupError::Corrupt("message key".into()))
+}
+
+impl Tx {
+    fn put_raw(&mut self, db: &GroupDb, cf: &str, key: &[u8], value: &[u8]) {
+        match db.cf(cf) {
+            Ok(handle) => self.batch.put_cf(handle, key, value),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    fn delete_raw(&mut self, db: &GroupDb, cf: &str, key: &[u8]) {
+        match db.cf(cf) {
+            Ok(handle) => self.batch.delete_cf(handle, key),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    fn delete_prefix(&mut self, db: &GroupDb, cf: &str, prefix: &[u8]) {
+        match db.cf(cf) {
+            Ok(handle) => self
+                .batch
+                .delete_range_cf(handle, prefix, prefix_end(prefix).as_slice()),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    fn put_json<T: serde::Serialize>(&mut self, db: &GroupDb, cf: &str, key: &[u8], row: &T) {
+        match encode_row(row) {
+            Ok(value) => self.put_raw(db, cf, key, &value),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// Records the commit index and the next cold-GC sequence.
+    pub fn put_counters(&mut self, db: &GroupDb, state: &GroupState) {
+        self.put_raw(
+            db,
+            CF_META,
+            META_COMMIT_INDEX,
+            &state.commit_index.to_be_bytes(),
+        );
+        self.put_raw(
+            db,
+            CF_META,
+            META_NEXT_GC_SEQ,
+            &state.next_gc_seq.to_be_bytes(),
+        );
+    }
+
+    /// Writes a bucket marker.
+    pub fn put_bucket(&mut self, db: &GroupDb, bucket: &str) {
+        self.put_raw(db, CF_BUCKETS, bucket.as_bytes(), &[]);
+    }
+
+    /// Removes a bucket marker.
+    pub fn delete_bucket(&mut self, db: &GroupDb, bucket: &str) {
+        self.delete_raw(db, CF_BUCKETS, bucket.as_bytes());
+    }
+
+    /// Writes a stream row.
+    pub fn put_stream(&mut self, db: &GroupDb, id: &BucketStreamId, row: &StreamRow) {
+        self.put_json(db, CF_STREAMS, &stream_key(id), row);
+    }
+
+    /// Removes a stream row with every message, producer and receipt of the stream.
+    pub fn delete_stream(&mut self, db: &GroupDb, id: &BucketStreamId) {
+        let key = stream_key(id);
+        self.delete_raw(db, CF_STREAMS, &key);
+        for cf in [CF_MESSAGES, CF_PRODUCERS, CF_RECEIPTS] {
+            self.delete_prefix(db, cf, &key);
+        }
+    }
+
+    /// Writes one message row.
+    pub fn put_message(&mut self, db: &GroupDb, id: &BucketStreamId, start: u64, row: MessageRow) {
+        self.put_raw(
+            db,
+            CF_MESSAGES,
+            &super::keys::message_key(id, start),
+            &row.encode(),
+        );
+    }
+
+    /// Removes message rows of `id` with start in `[from, to)`.
+    pub fn delete_messages(&mut self, db: &GroupDb, id: &BucketStreamId, from: u64, to: u64) {
+        match db.cf(CF_MESSAGES) {
+            Ok(handle) => self.batch.delete_range_cf(
+                handle,
+                super::keys::message_key(id, from),
+                super::keys::message_key(id, to),
+            ),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// Writes a producer row; `reset` first drops the producer's receipts (a new epoch).
+    pub fn put_producer(
+        &mut self,
+        db: &GroupDb,
+        id: &BucketStreamId,
+        producer: &str,
+        row: &ProducerRow,
+        reset: bool,
+    ) {
+        let key = super::keys::producer_key(id, producer);
+        if reset {
+            self.delete_prefix(db, CF_RECEIPTS, &key);
+        }
+        self.put_json(db, CF_PRODUCERS, &key, row);
+    }
+
+    /// Writes the receipt of one producer sequence.
+    pub fn put_receipt(
+        &mut self,
+        db: &GroupDb,
+        id: &BucketStreamId,
+        producer: &str,
+        seq: u64,
+        row: &ReceiptRow,
+    ) {
+        self.put_json(
+            db,
+            CF_RECEIPTS,
+            &super::keys::receipt_key(id, producer, seq),
+            row,
+        );
+    }
+
+    /// Writes a bucket's usage.
+    pub fn put_usage(&mut self, db: &GroupDb, bucket: &str, row: &UsageRow) {
+        self.put_json(db, CF_USAGE, bucket.as_bytes(), row);
+    }
+
+    /// Writes or (with `None`) removes a bucket's quota.
+    pub fn put_quota(&mut self, db: &GroupDb, bucket: &str, row: Option<&QuotaRow>) {
+        match row {
+            Some(row) => self.put_json(db, CF_QUOTAS, bucket.as_bytes(), row),
+            None => self.delete_raw(db, CF_QUOTAS, bucket.as_bytes()),
+        }
+    }
+
+    /// Writes or (with `None`) removes the retired append count of a stream.
+    pub fn put_retired_count(&mut self, db: &GroupDb, id: &BucketStreamId, count: Option<u64>) {
+        match count {
+            Some(n) => self.put_raw(db, CF_RETIRED_COUNTS, &stream_key(id), &n.to_be_bytes()),
+            None => self.delete_raw(db, CF_RETIRED_COUNTS, &stream_key(id)),
+        }
+    }
+
+    /// Appends a cold-GC entry (key = its sequence, big-endian).
+    pub fn put_gc(&mut self, db: &GroupDb, entry: &GcRow) {
+        self.put_json(db, CF_COLD_GC, &entry.seq.to_be_bytes(), entry);
+    }
+
+    /// Removes a cold-GC entry.
+    pub fn delete_gc(&mut self, db: &GroupDb, seq: u64) {
+        self.delete_raw(db, CF_COLD_GC, &seq.to_be_bytes());
+    }
+
+    /// Drops everything (install of a whole-group snapshot).
+    pub fn clear_all(&mut self, db: &GroupDb) {
+        for cf in COLUMN_FAMILIES {
+            if cf != CF_META {
+                match db.cf(cf) {
+                    Ok(handle) => self.batch.delete_range_cf(
+                        handle,
+                        [0u8].as_slice(),
+                        [u8::MAX; 300].as_slice(),
+                    ),
+                    Err(e) => self.error = Some(e),
+                }
+            }
+        }
+    }
+}

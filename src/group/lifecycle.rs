@@ -1,0 +1,767 @@
+//! Bucket and stream lifecycle: create, delete, attrs, TTL access and expiry, purge, quotas.
+
+use bytes::Bytes;
+use ursula_runtime::{
+    ColdWriteAdmission, CreateStreamRequest, CreateStreamResponse, DeleteStreamResponse,
+    GroupEngineError, PurgeBucketResponse, SetBucketQuotaRequest, SetBucketQuotaResponse,
+    TouchStreamAccessResponse, UpdateStreamAttrsRequest, UpdateStreamAttrsResponse,
+};
+use ursula_shard::{BucketStreamId, ShardPlacement};
+use ursula_stream::{
+    is_json_record_content_type, validate_bucket_id, validate_stream_id, BucketQuota, ColdGcEntry,
+    ColdGcTarget, ProducerAppendRecord, StreamAttrs, StreamErrorCode, StreamErrorContext,
+    StreamMetadata, StreamStatus,
+};
+
+use super::db::Tx;
+use super::payload::PayloadLog;
+use super::rows::{MessageRow, ProducerRow, ReceiptRow, StreamRow};
+use super::state::{compare_ids, expiry_at_ms, is_expired, renew_ttl};
+use super::{not_found, stream_error, DiskGroupEngine};
+
+/// Streams removed by one TTL sweep at most (ursula's bound).
+const SWEEP_MAX_STREAMS: usize = 256;
+/// Largest JSON encoding of stream attributes.
+const MAX_ATTRS_BYTES: usize = 16 * 1024;
+/// Largest producer epoch or sequence (JavaScript's safe integer).
+const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
+/// One write unit of usage accounting.
+const WRITE_UNIT_BYTES: u64 = 10 * 1024;
+
+/// Empty attributes are no attributes.
+pub(crate) fn normalize_attrs(attrs: Option<StreamAttrs>) -> Option<StreamAttrs> {
+    attrs.filter(|a| !a.is_empty())
+}
+
+fn validate_attrs(attrs: Option<&StreamAttrs>) -> Result<(), GroupEngineError> {
+    let Some(attrs) = attrs else { return Ok(()) };
+    let len = serde_json::to_vec(attrs)
+        .map_err(|e| {
+            stream_error(
+                StreamErrorCode::InvalidStreamAttrs,
+                format!("encode stream attrs JSON: {e}"),
+            )
+        })?
+        .len();
+    if len > MAX_ATTRS_BYTES {
+        return Err(stream_error(
+            StreamErrorCode::InvalidStreamAttrs,
+            format!("stream attrs JSON is {len} bytes; limit is {MAX_ATTRS_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_retention(ttl: Option<u64>, expires_at: Option<u64>) -> Result<(), GroupEngineError> {
+    if ttl.is_some() && expires_at.is_some() {
+        return Err(stream_error(
+            StreamErrorCode::InvalidRetention,
+            "stream ttl and expires-at cannot both be set",
+        ));
+    }
+    if ttl.is_some_and(|t| t.checked_mul(1000).is_none()) {
+        return Err(stream_error(
+            StreamErrorCode::InvalidRetention,
+            "stream ttl overflows millisecond range",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a producer header: non-empty id, epoch and seq within 2^53 - 1.
+pub(crate) fn validate_producer(
+    producer: Option<&ursula_stream::ProducerRequest>,
+) -> Result<(), GroupEngineError> {
+    let Some(p) = producer else { return Ok(()) };
+    if p.producer_id.trim().is_empty() {
+        return Err(stream_error(
+            StreamErrorCode::InvalidProducer,
+            "producer id must not be empty",
+        ));
+    }
+    if p.producer_id.len() > u16::MAX as usize {
+        return Err(stream_error(
+            StreamErrorCode::InvalidProducer,
+            "producer id is too long",
+        ));
+    }
+    if p.producer_epoch > MAX_SAFE_INTEGER {
+        return Err(stream_error(
+            StreamErrorCode::InvalidProducer,
+            format!(
+                "producer epoch {} exceeds maximum {MAX_SAFE_INTEGER}",
+                p.producer_epoch
+            ),
+        ));
+    }
+    if p.producer_seq > MAX_SAFE_INTEGER {
+        return Err(stream_error(
+            StreamErrorCode::InvalidProducer,
+            format!(
+                "producer sequence {} exceeds maximum {MAX_SAFE_INTEGER}",
+                p.producer_seq
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Strata stores every content type as bytes; JSON record streams (record coordinates and
+/// canonical-boundary checks) are not implemented and are refused rather than mis-served.
+pub(crate) fn refuse_json(content_type: &str) -> Result<(), GroupEngineError> {
+    if is_json_record_content_type(content_type) {
+        return Err(GroupEngineError::new(format!(
+            "JSON record streams ('{content_type}') are not supported by Strata's group engine"
+        )));
+    }
+    Ok(())
+}
+
+/// Records one accepted append in the integrity setsums (ursula's record digest).
+pub(crate) fn integrity_append(
+    row: &mut StreamRow,
+    id: &BucketStreamId,
+    start: u64,
+    end: u64,
+    payload: &[u8],
+) {
+    if start == end {
+        return;
+    }
+    let start_b = start.to_le_bytes();
+    let end_b = end.to_le_bytes();
+    let mut item: Vec<&[u8]> = match &id.affinity_key {
+        Some(affinity) => vec![
+            b"ursula-stream-record-v2",
+            id.bucket_id.as_bytes(),
+            b"\0",
+            affinity.as_bytes(),
+            b"\0",
+            id.stream_id.as_bytes(),
+            b"\0",
+            &start_b,
+            &end_b,
+            b"inline",
+        ],
+        None => vec![
+            b"ursula-stream-record-v1",
+            id.bucket_id.as_bytes(),
+            b"\0",
+            id.stream_id.as_bytes(),
+            b"\0",
+            &start_b,
+            &end_b,
+            b"inline",
+        ],
+    };
+    item.push(payload);
+    let mut record = setsum::Setsum::default();
+    record.insert_vectored(&item);
+    let live = setsum::Setsum::from_hexdigest(&row.live_setsum).unwrap_or_default() + record;
+    let total = setsum::Setsum::from_hexdigest(&row.total_setsum).unwrap_or_default() + record;
+    row.live_setsum = live.hexdigest();
+    row.total_setsum = total.hexdigest();
+    row.total_records = row.total_records.saturating_add(1);
+}
+
+impl DiskGroupEngine {
+    /// Bucket and stream ids valid, bucket present.
+    pub(crate) fn validate_scope(&self, id: &BucketStreamId) -> Result<(), GroupEngineError> {
+        validate_bucket_id(&id.bucket_id)
+            .map_err(|m| stream_error(StreamErrorCode::InvalidBucketId, m))?;
+        validate_stream_id(id).map_err(|m| stream_error(StreamErrorCode::InvalidStreamId, m))?;
+        if !self.state.buckets.contains(&id.bucket_id) {
+            return Err(stream_error(
+                StreamErrorCode::BucketNotFound,
+                format!("bucket '{}' does not exist", id.bucket_id),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Removes a stream with everything it owns; queues its cold objects for GC.
+    pub(crate) fn remove_stream(&mut self, tx: &mut Tx, id: &BucketStreamId) -> bool {
+        let Some(row) = self.state.streams.remove(id) else {
+            return false;
+        };
+        self.state.producers.remove(id);
+        self.state
+            .retired_counts
+            .insert(id.clone(), row.append_count);
+        tx.put_retired_count(&self.db, id, Some(row.append_count));
+        let usage = self.state.usage.entry(id.bucket_id.clone()).or_default();
+        usage.stream_count = usage.stream_count.saturating_sub(1);
+        usage.retained_bytes = usage
+            .retained_bytes
+            .saturating_sub(row.metadata.tail_offset.saturating_sub(row.retained_offset));
+        self.save_usage(tx, &id.bucket_id);
+        if row.hot_start_offset > 0 || !row.cold_chunks.is_empty() {
+            self.enqueue_gc(tx, ColdGcTarget::Stream(id.clone()), 0);
+        }
+        tx.delete_stream(&self.db, id);
+        true
+    }
+
+    /// Appends a cold-GC entry.
+    pub(crate) fn enqueue_gc(&mut self, tx: &mut Tx, target: ColdGcTarget, not_before_ms: u64) {
+        let entry = ColdGcEntry {
+            seq: self.state.next_gc_seq,
+            not_before_ms,
+            target,
+        };
+        self.state.next_gc_seq += 1;
+        tx.put_gc(&self.db, &entry);
+        self.state.gc.push_back(entry);
+    }
+
+    /// Removes `id` when it has expired at `now_ms`.
+    pub(crate) fn expire_if_due(&mut self, tx: &mut Tx, id: &BucketStreamId, now_ms: u64) -> bool {
+        if self
+            .state
+            .streams
+            .get(id)
+            .is_some_and(|r| is_expired(&r.metadata, now_ms))
+        {
+            return self.remove_stream(tx, id);
+        }
+        false
+    }
+
+    /// Removes up to 256 expired streams, earliest expiry first (ursula sweeps after every timed
+    /// command except appends).
+    pub(crate) fn sweep_expired(&mut self, tx: &mut Tx, now_ms: u64) {
+        let mut expired: Vec<(u64, BucketStreamId)> = self
+            .state
+            .streams
+            .iter()
+            .filter(|(_, r)| is_expired(&r.metadata, now_ms))
+            .filter_map(|(id, r)| expiry_at_ms(&r.metadata).map(|at| (at, id.clone())))
+            .collect();
+        expired.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| compare_ids(&a.1, &b.1)));
+        for (_, id) in expired.into_iter().take(SWEEP_MAX_STREAMS) {
+            self.remove_stream(tx, &id);
+        }
+    }
+
+    /// Creates the bucket of `id` when absent (an invalid bucket id is an error).
+    fn ensure_bucket(&mut self, tx: &mut Tx, id: &BucketStreamId) -> Result<(), GroupEngineError> {
+        validate_bucket_id(&id.bucket_id)
+            .map_err(|m| stream_error(StreamErrorCode::InvalidBucketId, m))?;
+        if self.state.buckets.insert(id.bucket_id.clone()) {
+            tx.put_bucket(&self.db, &id.bucket_id);
+        }
+        Ok(())
+    }
+
+    /// Checks a new stream against the bucket's quota.
+    fn check_create_quota(&self, bucket: &str, initial: u64) -> Result<(), GroupEngineError> {
+        let Some(quota) = self.state.quotas.get(bucket) else {
+            return Ok(());
+        };
+        let usage = self.state.usage.get(bucket).copied().unwrap_or_default();
+        if let Some(max) = quota.max_streams {
+            if usage.stream_count >= max {
+                return Err(stream_error(
+                    StreamErrorCode::QuotaExceeded,
+                    format!(
+                        "bucket '{bucket}' stream-count quota exceeded in this group ({max} max)"
+                    ),
+                ));
+            }
+        }
+        self.check_retained_quota(bucket, initial)
+    }
+
+    /// Checks `incoming` more retained bytes against the bucket's quota.
+    pub(crate) fn check_retained_quota(
+        &self,
+        bucket: &str,
+        incoming: u64,
+    ) -> Result<(), GroupEngineError> {
+        let Some(quota) = self.state.quotas.get(bucket) else {
+            return Ok(());
+        };
+        let Some(max) = quota.max_retained_bytes else {
+            return Ok(());
+        };
+        let usage = self.state.usage.get(bucket).copied().unwrap_or_default();
+        if usage.retained_bytes.saturating_add(incoming) > max {
+            return Err(stream_error(
+                StreamErrorCode::QuotaExceeded,
+                format!(
+                    "bucket '{bucket}' retained-bytes quota exceeded in this group ({max} max)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts an accepted append (or a created stream's initial payload) in the usage.
+    pub(crate) fn usage_on_append(
+        &mut self,
+        tx: &mut Tx,
+        bucket: &str,
+        bytes: u64,
+        records: u64,
+        created: bool,
+    ) {
+        let usage = self.state.usage.entry(bucket.to_string()).or_default();
+        if created {
+            usage.stream_count = usage.stream_count.saturating_add(1);
+        }
+        usage.committed_append_bytes = usage.committed_append_bytes.saturating_add(bytes);
+        usage.committed_records = usage.committed_records.saturating_add(records);
+        usage.committed_write_units = usage
+            .committed_write_units
+            .saturating_add(bytes.div_ceil(WRITE_UNIT_BYTES).max(1));
+        usage.retained_bytes = usage.retained_bytes.saturating_add(bytes);
+        self.save_usage(tx, bucket);
+    }
+
+    /// Rejects with `ColdBackpressure` when `incoming` more hot bytes would pass the limit.
+    pub(crate) fn check_admission(
+        &self,
+        id: &BucketStreamId,
+        admission: ColdWriteAdmission,
+        incoming: u64,
+    ) -> Result<(), GroupEngineError> {
+        let Some(limit) = admission.max_hot_bytes_per_group else {
+            return Ok(());
+        };
+        if incoming == 0 {
+            return Ok(());
+        }
+        let before = self.state.group_hot_bytes();
+        let after = before.saturating_add(incoming);
+        if after <= limit {
+            return Ok(());
+        }
+        Err(GroupEngineError::cold_backpressure(
+            id.clone(),
+            before,
+            after,
+            limit,
+        ))
+    }
+
+    /// Commits what `tx` holds and returns `result` (ursula keeps side effects, such as a bucket
+    /// created or an expired stream removed, even when the command itself then fails).
+    pub(crate) fn finish<T>(
+        &mut self,
+        tx: Tx,
+        result: Result<T, GroupEngineError>,
+    ) -> Result<T, GroupEngineError> {
+        self.commit(tx)?;
+        result
+    }
+
+    /// `create_stream`.
+    pub(crate) async fn create_stream_inner(
+        &mut self,
+        request: CreateStreamRequest,
+        placement: ShardPlacement,
+        admission: ColdWriteAdmission,
+    ) -> Result<CreateStreamResponse, GroupEngineError> {
+        let id = request.stream_id.clone();
+        let previewing = admission.max_hot_bytes_per_group.is_some();
+        let mut tx = Tx::default();
+        if let Err(e) = self.ensure_bucket(&mut tx, &id) {
+            return if previewing {
+                self.rollback(e)
+            } else {
+                self.finish(tx, Err(e))
+            };
+        }
+        let decided = self.decide_create(&mut tx, &request);
+        let outcome = match decided {
+            Ok(Some(existing)) => Ok(existing),
+            Ok(None) => {
+                let initial = request.initial_payload.len() as u64;
+                if previewing {
+                    if let Err(e) = self.check_admission(&id, admission, initial) {
+                        return self.rollback(e);
+                    }
+                }
+                self.apply_create(&mut tx, request.clone()).await
+            }
+            Err(e) if previewing => return self.rollback(e),
+            Err(e) => Err(e),
+        };
+        self.sweep_expired(&mut tx, request.now_ms);
+        let response = outcome.map(|(next_offset, closed, already_exists)| {
+            if !already_exists {
+                self.state.commit_index += 1;
+            }
+            CreateStreamResponse {
+                placement,
+                next_offset,
+                closed,
+                already_exists,
+                group_commit_index: self.state.commit_index,
+                record_range: None,
+            }
+        });
+        self.finish(tx, response)
+    }
+
+    /// Drops uncommitted memory changes (reloading from disk) and returns `e`.
+    pub(crate) fn rollback<T>(&mut self, e: GroupEngineError) -> Result<T, GroupEngineError> {
+        self.state = self.db.load()?;
+        Err(e)
+    }
+
+    /// Validates a create; `Some` when the stream already exists with the same metadata.
+    fn decide_create(
+        &mut self,
+        tx: &mut Tx,
+        request: &CreateStreamRequest,
+    ) -> Result<Option<(u64, bool, bool)>, GroupEngineError> {
+        let id = &request.stream_id;
+        let attrs = normalize_attrs(request.attrs.clone());
+        self.validate_scope(id)?;
+        validate_attrs(attrs.as_ref())?;
+        validate_retention(request.stream_ttl_seconds, request.stream_expires_at_ms)?;
+        validate_producer(request.producer.as_ref())?;
+        refuse_json(&request.content_type)?;
+        if let Some(p) = &request.producer {
+            if p.producer_seq != 0 {
+                return Err(GroupEngineError::stream_with_context(
+                    StreamErrorCode::ProducerSeqConflict,
+                    format!(
+                        "producer '{}' expected sequence 0, received {}",
+                        p.producer_id, p.producer_seq
+                    ),
+                    None,
+                    vec![StreamErrorContext::ProducerSeqConflict {
+                        expected_seq: 0,
+                        received_seq: p.producer_seq,
+                    }],
+                ));
+            }
+        }
+        self.expire_if_due(tx, id, request.now_ms);
+        if let Some(existing) = self.state.streams.get(id) {
+            let m = &existing.metadata;
+            let status = if request.close_after {
+                StreamStatus::Closed
+            } else {
+                StreamStatus::Open
+            };
+            if m.content_type == request.content_type
+                && m.status == status
+                && m.stream_ttl_seconds == request.stream_ttl_seconds
+                && m.stream_expires_at_ms == request.stream_expires_at_ms
+                && existing.attrs.as_ref() == attrs.as_ref()
+            {
+                return Ok(Some((
+                    m.tail_offset,
+                    m.status == StreamStatus::Closed,
+                    true,
+                )));
+            }
+            return Err(stream_error(
+                StreamErrorCode::StreamAlreadyExistsConflict,
+                format!("stream '{id}' already exists with different metadata"),
+            ));
+        }
+        self.check_create_quota(&id.bucket_id, request.initial_payload.len() as u64)?;
+        Ok(None)
+    }
+
+    /// Writes the initial payload (if any) and the new stream's rows.
+    async fn apply_create(
+        &mut self,
+        tx: &mut Tx,
+        request: CreateStreamRequest,
+    ) -> Result<(u64, bool, bool), GroupEngineError> {
+        let id = request.stream_id.clone();
+        let partition = PayloadLog::partition_for(&id);
+        let initial: Bytes = request.initial_payload.clone();
+        let initial_len = initial.len() as u64;
+        let log_offsets = if initial.is_empty() {
+            Vec::new()
+        } else {
+            self.payloads
+                .append(
+                    &id,
+                    partition,
+                    std::slice::from_ref(&initial),
+                    request.now_ms,
+                )
+                .await?
+        };
+        let mut row = StreamRow {
+            metadata: StreamMetadata {
+                stream_id: id.clone(),
+                content_type: request.content_type.clone(),
+                status: if request.close_after {
+                    StreamStatus::Closed
+                } else {
+                    StreamStatus::Open
+                },
+                tail_offset: initial_len,
+                last_stream_seq: request.stream_seq.clone(),
+                stream_ttl_seconds: request.stream_ttl_seconds,
+                stream_expires_at_ms: request.stream_expires_at_ms,
+                created_at_ms: request.now_ms,
+                last_ttl_touch_at_ms: request.now_ms,
+            },
+            attrs: normalize_attrs(request.attrs.clone()),
+            hot_start_offset: 0,
+            retained_offset: 0,
+            live_setsum: setsum::Setsum::default().hexdigest(),
+            total_setsum: setsum::Setsum::default().hexdigest(),
+            total_records: 0,
+            visible_snapshot: None,
+            append_count: self.state.retired_counts.remove(&id).unwrap_or(0),
+            cold_chunks: Vec::new(),
+            partition,
+        };
+        if let Some(&log_offset) = log_offsets.first() {
+            integrity_append(&mut row, &id, 0, initial_len, &initial);
+            tx.put_message(
+                &self.db,
+                &id,
+                0,
+                MessageRow {
+                    end_offset: initial_len,
+                    log_offset,
+                },
+            );
+        }
+        if let Some(p) = &request.producer {
+            let item = ProducerAppendRecord {
+                start_offset: 0,
+                next_offset: initial_len,
+                closed: request.close_after,
+                record_start: None,
+                record_next: None,
+            };
+            let producer = ProducerRow {
+                epoch: p.producer_epoch,
+                seq: p.producer_seq,
+                last_start_offset: 0,
+                last_next_offset: initial_len,
+                last_closed: request.close_after,
+                last_items: vec![item.clone()],
+            };
+            tx.put_producer(&self.db, &id, &p.producer_id, &producer, true);
+            tx.put_receipt(
+                &self.db,
+                &id,
+                &p.producer_id,
+                p.producer_seq,
+                &ReceiptRow {
+                    start_offset: 0,
+                    next_offset: initial_len,
+                    closed: request.close_after,
+                    items: vec![item],
+                },
+            );
+            self.state
+                .producers
+                .entry(id.clone())
+                .or_default()
+                .insert(p.producer_id.clone(), producer);
+        }
+        tx.put_retired_count(&self.db, &id, None);
+        tx.put_stream(&self.db, &id, &row);
+        self.state.streams.insert(id.clone(), row);
+        let records = u64::from(initial_len > 0);
+        self.usage_on_append(tx, &id.bucket_id, initial_len, records, true);
+        Ok((initial_len, request.close_after, false))
+    }
+
+    /// `delete_stream`.
+    pub(crate) fn delete_stream_inner(
+        &mut self,
+        id: &BucketStreamId,
+        placement: ShardPlacement,
+    ) -> Result<DeleteStreamResponse, GroupEngineError> {
+        self.validate_scope(id)?;
+        if !self.state.streams.contains_key(id) {
+            return Err(not_found(id));
+        }
+        let mut tx = Tx::default();
+        self.remove_stream(&mut tx, id);
+        self.state.retired_counts.remove(id);
+        tx.put_retired_count(&self.db, id, None);
+        self.state.commit_index += 1;
+        let response = DeleteStreamResponse {
+            placement,
+            group_commit_index: self.state.commit_index,
+        };
+        self.finish(tx, Ok(response))
+    }
+
+    /// `update_stream_attrs`.
+    pub(crate) fn update_attrs_inner(
+        &mut self,
+        request: UpdateStreamAttrsRequest,
+        placement: ShardPlacement,
+    ) -> Result<UpdateStreamAttrsResponse, GroupEngineError> {
+        let id = &request.stream_id;
+        let mut tx = Tx::default();
+        let outcome = (|| {
+            self.validate_scope(id)?;
+            if self.expire_if_due(&mut tx, id, request.now_ms) {
+                return Err(not_found(id));
+            }
+            let attrs = normalize_attrs(request.attrs.clone());
+            let current = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+            validate_attrs(attrs.as_ref())?;
+            if current.attrs == attrs {
+                return Ok(false);
+            }
+            if let Some(row) = self.state.streams.get_mut(id) {
+                row.attrs = attrs;
+            }
+            self.save_stream(&mut tx, id);
+            Ok(true)
+        })();
+        self.sweep_expired(&mut tx, request.now_ms);
+        let response = outcome.map(|changed| {
+            if changed {
+                self.state.commit_index += 1;
+            }
+            UpdateStreamAttrsResponse {
+                placement,
+                changed,
+                group_commit_index: self.state.commit_index,
+            }
+        });
+        self.finish(tx, response)
+    }
+
+    /// `touch_stream_access`: renews a sliding TTL, or removes an expired stream.
+    pub(crate) fn touch_inner(
+        &mut self,
+        id: &BucketStreamId,
+        now_ms: u64,
+        renew: bool,
+        placement: ShardPlacement,
+    ) -> Result<TouchStreamAccessResponse, GroupEngineError> {
+        let mut tx = Tx::default();
+        let outcome = (|| {
+            self.validate_scope(id)?;
+            let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+            if is_expired(&row.metadata, now_ms) {
+                self.remove_stream(&mut tx, id);
+                return Ok((true, true));
+            }
+            let mut changed = false;
+            if renew && row.metadata.stream_ttl_seconds.is_some() {
+                if let Some(row) = self.state.streams.get_mut(id) {
+                    let before = row.metadata.last_ttl_touch_at_ms;
+                    renew_ttl(&mut row.metadata, now_ms);
+                    changed = row.metadata.last_ttl_touch_at_ms != before;
+                }
+                if changed {
+                    self.save_stream(&mut tx, id);
+                }
+            }
+            Ok((changed, false))
+        })();
+        self.sweep_expired(&mut tx, now_ms);
+        let response = outcome.map(|(changed, expired)| {
+            if changed || expired {
+                self.state.commit_index += 1;
+            }
+            TouchStreamAccessResponse {
+                placement,
+                changed,
+                expired,
+                group_commit_index: self.state.commit_index,
+            }
+        });
+        self.finish(tx, response)
+    }
+
+    /// Applies the access check reads and some writes make first: expiry (committed) and, for
+    /// reads, TTL renewal when due. An expired stream answers `StreamNotFound`.
+    pub(crate) fn ensure_access(
+        &mut self,
+        id: &BucketStreamId,
+        now_ms: u64,
+        renew: bool,
+        placement: ShardPlacement,
+    ) -> Result<(), GroupEngineError> {
+        self.validate_scope(id)?;
+        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let needed = is_expired(&row.metadata, now_ms)
+            || (renew && super::state::renewal_due(&row.metadata, now_ms));
+        if !needed {
+            return Ok(());
+        }
+        let response = self.touch_inner(id, now_ms, renew, placement)?;
+        if response.expired {
+            return Err(not_found(id));
+        }
+        Ok(())
+    }
+
+    /// `purge_bucket`: removes every stream of the bucket, the bucket and its quota.
+    pub(crate) fn purge_bucket_inner(
+        &mut self,
+        bucket: &str,
+        placement: ShardPlacement,
+    ) -> Result<PurgeBucketResponse, GroupEngineError> {
+        validate_bucket_id(bucket)
+            .map_err(|m| stream_error(StreamErrorCode::InvalidBucketId, m))?;
+        let mut tx = Tx::default();
+        let ids: Vec<BucketStreamId> = self
+            .state
+            .streams
+            .keys()
+            .filter(|id| id.bucket_id == bucket)
+            .cloned()
+            .collect();
+        let mut removed_streams = 0;
+        for id in ids {
+            if self.remove_stream(&mut tx, &id) {
+                removed_streams += 1;
+            }
+        }
+        if self.state.buckets.remove(bucket) {
+            tx.delete_bucket(&self.db, bucket);
+        }
+        if self.state.quotas.remove(bucket).is_some() {
+            tx.put_quota(&self.db, bucket, None);
+        }
+        self.state.commit_index += 1;
+        let response = PurgeBucketResponse {
+            placement,
+            removed_streams,
+            group_commit_index: self.state.commit_index,
+        };
+        self.finish(tx, Ok(response))
+    }
+
+    /// `set_bucket_quota`: both limits `None` clears the quota.
+    pub(crate) fn set_quota_inner(
+        &mut self,
+        request: SetBucketQuotaRequest,
+        placement: ShardPlacement,
+    ) -> Result<SetBucketQuotaResponse, GroupEngineError> {
+        validate_bucket_id(&request.bucket_id)
+            .map_err(|m| stream_error(StreamErrorCode::InvalidBucketId, m))?;
+        let quota = BucketQuota {
+            max_streams: request.max_streams,
+            max_retained_bytes: request.max_retained_bytes,
+        };
+        let mut tx = Tx::default();
+        if quota.is_unlimited() {
+            self.state.quotas.remove(&request.bucket_id);
+            tx.put_quota(&self.db, &request.bucket_id, None);
+        } else {
+            self.state.quotas.insert(request.bucket_id.clone(), quota);
+            tx.put_quota(&self.db, &request.bucket_id, Some(&quota));
+        }
+        self.state.commit_index += 1;
+        let response = SetBucketQuotaResponse {
+            placement,
+            group_commit_index: self.state.commit_index,
+        };
+        self.finish(tx, Ok(response))
+    }
+}

@@ -1,0 +1,217 @@
+//! The `GroupEngine` seam (ursula-runtime 0.4.1) on durable state.
+//!
+//! - Group state (streams, producers and their receipts, buckets, quotas, usage, the cold
+//!   manifest and the cold-GC queue, the commit index) lives in RocksDB; every command is one
+//!   atomic, fsynced `WriteBatch` (format/GROUP_STATE.md).
+//! - Stream payloads live in segment partitions of the group's payload log, one record per
+//!   append, written and fsynced before the state that references them.
+//! - Sealed prefixes move to the cold tier ([`crate::cold::ColdStore`]); reads stitch cold
+//!   chunks and hot records transparently.
+//!
+//! The engine keeps every small table in memory (loaded at open) and writes each change through
+//! to RocksDB. If a commit fails, the memory copy is reloaded from disk, so it never runs ahead
+//! of what is durable.
+
+mod append;
+mod checkpoint;
+mod cold_ops;
+mod db;
+mod keys;
+mod lifecycle;
+mod payload;
+mod read;
+mod rows;
+mod seam;
+mod snapshot;
+mod state;
+
+use std::path::PathBuf;
+
+use ursula_runtime::GroupEngineError;
+use ursula_shard::BucketStreamId;
+use ursula_stream::StreamErrorCode;
+
+use crate::cold::{ColdError, ColdStore};
+use crate::log::LogOptions;
+use crate::store::Store;
+use crate::StoreError;
+
+pub use db::GROUP_STATE_VERSION;
+pub use payload::PAYLOAD_PARTITIONS;
+pub use seam::DiskGroupEngineFactory;
+
+use db::{GroupDb, Tx};
+use payload::PayloadLog;
+use state::GroupState;
+
+/// Infrastructure errors under the seam (reported to callers as `GroupEngineError::Infra`).
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// RocksDB failed.
+    #[error("group state database: {0}")]
+    Db(#[from] rocksdb::Error),
+    /// The segment store failed.
+    #[error("payload log: {0}")]
+    Store(#[from] StoreError),
+    /// The cold tier failed.
+    #[error("cold tier: {0}")]
+    Cold(#[from] ColdError),
+    /// Durable state failed validation.
+    #[error("corrupt group state: {0}")]
+    Corrupt(String),
+}
+
+impl From<GroupError> for GroupEngineError {
+    fn from(e: GroupError) -> Self {
+        GroupEngineError::new(e.to_string())
+    }
+}
+
+/// How a group engine is opened.
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    /// Options of the payload log (durability, segment size, compression).
+    pub payload_log: LogOptions,
+    /// zstd level of cold objects.
+    pub cold_zstd_level: i32,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        Self {
+            payload_log: LogOptions::default(),
+            cold_zstd_level: 3,
+        }
+    }
+}
+
+/// A durable group engine: one group's state in `<root>/groups/<name>` (RocksDB), its payloads in
+/// the log `__group_<name>`, its cold objects in a [`ColdStore`].
+pub struct DiskGroupEngine {
+    name: String,
+    db: GroupDb,
+    state: GroupState,
+    payloads: PayloadLog,
+    cold: ColdStore,
+    options: GroupOptions,
+}
+
+impl std::fmt::Debug for DiskGroupEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskGroupEngine")
+            .field("name", &self.name)
+            .field("streams", &self.state.streams.len())
+            .field("commit_index", &self.state.commit_index)
+            .finish()
+    }
+}
+
+impl DiskGroupEngine {
+    /// Opens (creating) group `name` of `store` with its cold tier in `cold`.
+    pub fn open(
+        store: &Store,
+        name: &str,
+        cold: ColdStore,
+        options: GroupOptions,
+    ) -> Result<Self, GroupError> {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(GroupError::Corrupt(format!(
+                "group name {name:?} must be non-empty [A-Za-z0-9_-]"
+            )));
+        }
+        let dir = Self::state_dir(store, name);
+        crate::fs::create_dir_durable(&dir)?;
+        let db = GroupDb::open(&dir)?;
+        let state = db.load()?;
+        let payloads = PayloadLog::open(
+            store,
+            &format!("__group_{name}"),
+            options.payload_log.clone(),
+        )?;
+        Ok(Self {
+            name: name.to_string(),
+            db,
+            state,
+            payloads,
+            cold,
+            options,
+        })
+    }
+
+    /// Opens group `name` with the default cold store, a local directory `<root>/cold`.
+    pub fn open_local(store: &Store, name: &str) -> Result<Self, GroupError> {
+        let cold = ColdStore::local(&store.root().join("cold"))?;
+        Self::open(store, name, cold, GroupOptions::default())
+    }
+
+    /// Directory of a group's RocksDB state.
+    pub fn state_dir(store: &Store, name: &str) -> PathBuf {
+        store.root().join("groups").join(name)
+    }
+
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cold store.
+    pub fn cold_store(&self) -> &ColdStore {
+        &self.cold
+    }
+
+    /// The commit index: mutating outcomes applied so far.
+    pub fn commit_index(&self) -> u64 {
+        self.state.commit_index
+    }
+
+    /// Bytes of the group still held hot in segments.
+    pub fn hot_bytes(&self) -> u64 {
+        self.state.group_hot_bytes()
+    }
+
+    /// Commits `tx` (with the counters) durably; on failure, reloads memory from disk so it
+    /// matches what is durable, and reports the error.
+    fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
+        tx.put_counters(&self.db, &self.state);
+        match self.db.commit(tx) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if let Ok(state) = self.db.load() {
+                    self.state = state;
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Writes the current memory row of stream `id` (and its producers) into `tx`.
+    fn save_stream(&self, tx: &mut Tx, id: &BucketStreamId) {
+        if let Some(row) = self.state.streams.get(id) {
+            tx.put_stream(&self.db, id, row);
+        }
+    }
+
+    /// Writes the usage row of `bucket` into `tx`.
+    fn save_usage(&self, tx: &mut Tx, bucket: &str) {
+        if let Some(usage) = self.state.usage.get(bucket) {
+            tx.put_usage(&self.db, bucket, usage);
+        }
+    }
+}
+
+/// `StreamNotFound` for `id`.
+pub(crate) fn not_found(id: &BucketStreamId) -> GroupEngineError {
+    GroupEngineError::stream(
+        StreamErrorCode::StreamNotFound,
+        format!("stream '{id}' does not exist"),
+    )
+}
+
+/// A stream error without extra context.
+pub(crate) fn stream_error(code: StreamErrorCode, message: impl Into<String>) -> GroupEngineError {
+    GroupEngineError::stream(code, message)
+}

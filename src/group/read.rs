@@ -1,0 +1,237 @@
+//! Reads: byte ranges of a stream stitched from cold chunks (object store) and hot records
+//! (segments), heads and attributes. Reads apply the TTL access rule first, as writes.
+
+use bytes::{Bytes, BytesMut};
+use ursula_runtime::{
+    GetStreamAttrsRequest, GetStreamAttrsResponse, GroupEngineError, HeadStreamRequest,
+    HeadStreamResponse, ReadStreamRequest, ReadStreamResponse,
+};
+use ursula_shard::{BucketStreamId, ShardPlacement};
+use ursula_stream::{StreamErrorCode, StreamIntegritySnapshot};
+
+use super::rows::StreamRow;
+use super::state::{is_closed, is_expired};
+use super::{not_found, stream_error, DiskGroupEngine, GroupError};
+
+/// Largest read a single call serves (bounds memory; callers page with `next_offset`).
+pub const MAX_READ_BYTES: usize = 64 << 20;
+
+impl DiskGroupEngine {
+    /// `read_stream`.
+    pub(crate) async fn read_inner(
+        &mut self,
+        request: ReadStreamRequest,
+        placement: ShardPlacement,
+    ) -> Result<ReadStreamResponse, GroupEngineError> {
+        let id = request.stream_id.clone();
+        self.ensure_access(&id, request.now_ms, true, placement)?;
+        if request.record.is_some() || request.max_records.is_some() {
+            return Err(stream_error(
+                StreamErrorCode::InvalidRecordBoundaries,
+                "record coordinates are inactive for this stream",
+            ));
+        }
+        let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+        if is_expired(&row.metadata, request.now_ms) {
+            return Err(not_found(&id));
+        }
+        let tail = row.metadata.tail_offset;
+        if request.offset > tail {
+            return Err(GroupEngineError::stream_with_next_offset(
+                StreamErrorCode::OffsetOutOfRange,
+                format!(
+                    "offset {} is beyond stream '{id}' tail {tail}",
+                    request.offset
+                ),
+                Some(tail),
+            ));
+        }
+        if request.offset < row.retained_offset {
+            return Err(GroupEngineError::stream_with_next_offset(
+                StreamErrorCode::StreamGone,
+                format!(
+                    "offset {} is older than stream '{id}' retained offset {}",
+                    request.offset, row.retained_offset
+                ),
+                Some(row.retained_offset),
+            ));
+        }
+        let max_len = request.max_len.min(MAX_READ_BYTES) as u64;
+        let next_offset = tail.min(request.offset.saturating_add(max_len));
+        let row = row.clone();
+        let payload = self
+            .read_range(&id, &row, request.offset, next_offset)
+            .await?;
+        Ok(ReadStreamResponse {
+            placement,
+            offset: request.offset,
+            next_offset,
+            content_type: row.metadata.content_type.clone(),
+            payload: payload.to_vec(),
+            up_to_date: next_offset == tail,
+            closed: is_closed(&row.metadata),
+            retained_record_range: None,
+            record_range: None,
+        })
+    }
+
+    /// The bytes `[from, to)` of a stream: cold chunks below the hot start, records above.
+    pub(crate) async fn read_range(
+        &self,
+        id: &BucketStreamId,
+        row: &StreamRow,
+        from: u64,
+        to: u64,
+    ) -> Result<Bytes, GroupEngineError> {
+        let mut out = BytesMut::with_capacity((to - from) as usize);
+        let mut cursor = from;
+        for chunk in &row.cold_chunks {
+            if cursor >= to || cursor >= row.hot_start_offset {
+                break;
+            }
+            if chunk.end_offset <= cursor {
+                continue;
+            }
+            if chunk.start_offset > cursor {
+                return Err(missing_segment(id, to));
+            }
+            let end = to.min(chunk.end_offset);
+            let bytes = self
+                .cold
+                .read_chunk(
+                    &chunk.s3_path,
+                    chunk.object_offset,
+                    cursor - chunk.start_offset,
+                    end - cursor,
+                )
+                .await
+                .map_err(GroupError::from)?;
+            out.extend_from_slice(&bytes);
+            cursor = end;
+        }
+        if cursor < to {
+            if cursor < row.hot_start_offset {
+                return Err(missing_segment(id, to));
+            }
+            let bytes = self.read_hot(id, row, cursor, to)?;
+            out.extend_from_slice(&bytes);
+        }
+        Ok(out.freeze())
+    }
+
+    /// The hot bytes `[from, to)` of a stream, from its payload records.
+    pub(crate) fn read_hot(
+        &self,
+        id: &BucketStreamId,
+        row: &StreamRow,
+        from: u64,
+        to: u64,
+    ) -> Result<Bytes, GroupEngineError> {
+        let mut out = BytesMut::with_capacity((to - from) as usize);
+        if from >= to {
+            return Ok(out.freeze());
+        }
+        let mut messages = Vec::new();
+        if let Some(first) = self.db.message_at_or_before(id, from)? {
+            if first.1.end_offset > from {
+                messages.push(first);
+            }
+        }
+        messages.extend(self.db.messages(id, from.saturating_add(1), to)?);
+        let mut cursor = from;
+        for (start, message) in messages {
+            if start > cursor {
+                return Err(missing_segment(id, to));
+            }
+            let record = self.payloads.read(row.partition, message.log_offset)?;
+            if record.len() as u64 != message.end_offset - start {
+                return Err(GroupError::Corrupt(format!(
+                    "payload record {} of stream '{id}' holds {} bytes, its message row says {}",
+                    message.log_offset,
+                    record.len(),
+                    message.end_offset - start
+                ))
+                .into());
+            }
+            let lo = (cursor - start) as usize;
+            let hi = (to.min(message.end_offset) - start) as usize;
+            out.extend_from_slice(&record[lo..hi]);
+            cursor = start + hi as u64;
+            if cursor >= to {
+                break;
+            }
+        }
+        if cursor < to {
+            return Err(missing_segment(id, to));
+        }
+        Ok(out.freeze())
+    }
+
+    /// `head_stream`.
+    pub(crate) fn head_inner(
+        &mut self,
+        request: HeadStreamRequest,
+        placement: ShardPlacement,
+    ) -> Result<HeadStreamResponse, GroupEngineError> {
+        let id = &request.stream_id;
+        self.ensure_access(id, request.now_ms, false, placement)?;
+        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let m = &row.metadata;
+        let hot_from = row.hot_start_offset.max(row.retained_offset);
+        Ok(HeadStreamResponse {
+            placement,
+            content_type: m.content_type.clone(),
+            tail_offset: m.tail_offset,
+            cold_hot_start_offset: if hot_from < m.tail_offset {
+                hot_from
+            } else {
+                m.tail_offset
+            },
+            closed: is_closed(m),
+            stream_ttl_seconds: m.stream_ttl_seconds,
+            stream_expires_at_ms: m.stream_expires_at_ms,
+            snapshot_offset: row.visible_snapshot.as_ref().map(|s| s.offset),
+            snapshot_digest: row.visible_snapshot.as_ref().map(|s| s.digest.clone()),
+            retained_offset: row.retained_offset,
+            integrity: integrity_snapshot(row),
+            record_range: None,
+        })
+    }
+
+    /// `get_stream_attrs`.
+    pub(crate) fn get_attrs_inner(
+        &mut self,
+        request: GetStreamAttrsRequest,
+        placement: ShardPlacement,
+    ) -> Result<GetStreamAttrsResponse, GroupEngineError> {
+        let id = &request.stream_id;
+        self.ensure_access(id, request.now_ms, false, placement)?;
+        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        Ok(GetStreamAttrsResponse {
+            placement,
+            attrs: row.attrs.clone(),
+        })
+    }
+}
+
+/// The stream's integrity digest as ursula reports it.
+pub(crate) fn integrity_snapshot(row: &StreamRow) -> StreamIntegritySnapshot {
+    StreamIntegritySnapshot {
+        live_setsum: row.live_setsum.clone(),
+        evicted_setsum: setsum::Setsum::default().hexdigest(),
+        total_setsum: row.total_setsum.clone(),
+        live_start_offset: row.retained_offset,
+        tail_offset: row.metadata.tail_offset,
+        live_records: row.total_records,
+        evicted_records: 0,
+        total_records: row.total_records,
+    }
+}
+
+fn missing_segment(id: &BucketStreamId, next_offset: u64) -> GroupEngineError {
+    GroupEngineError::stream_with_next_offset(
+        StreamErrorCode::InvalidColdFlush,
+        format!("stream '{id}' has missing payload segment metadata"),
+        Some(next_offset),
+    )
+}

@@ -1,0 +1,128 @@
+//! The values stored in the group-state column families (format/GROUP_STATE.md, "Values").
+//!
+//! Rows are JSON objects (serde) behind a one-byte row version, except message rows, which are
+//! fixed 16-byte binary because there is one per append.
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use ursula_stream::{
+    BucketQuota, BucketUsage, ColdChunkRef, ColdGcEntry, ProducerAppendRecord, StreamAttrs,
+    StreamMetadata, StreamVisibleSnapshot,
+};
+
+use super::GroupError;
+
+/// Row version byte written before every JSON row.
+pub(crate) const ROW_VERSION: u8 = 1;
+
+/// One stream: its metadata, where its bytes live, and its checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StreamRow {
+    /// Identity, content type, status, tail, stream seq, TTL and timestamps.
+    pub metadata: StreamMetadata,
+    /// User attributes (`None` when empty).
+    pub attrs: Option<StreamAttrs>,
+    /// First byte offset still held hot in segments; bytes below it live in `cold_chunks`.
+    pub hot_start_offset: u64,
+    /// Destructive-retention floor: bytes below it are gone.
+    pub retained_offset: u64,
+    /// Live setsum (hex) over every record of the stream.
+    pub live_setsum: String,
+    /// Total setsum (hex); equal to the live one (nothing is evicted from the digest).
+    pub total_setsum: String,
+    /// Records counted by the setsums.
+    pub total_records: u64,
+    /// The stream's published checkpoint, if any.
+    pub visible_snapshot: Option<StreamVisibleSnapshot>,
+    /// Accepted appends (the `stream_append_count` of responses).
+    pub append_count: u64,
+    /// Cold chunks in offset order, covering `[cold start, hot_start_offset)`.
+    pub cold_chunks: Vec<ColdChunkRef>,
+    /// Segment partition that holds this stream's hot payloads.
+    pub partition: u32,
+}
+
+/// The newest accepted sequence of one producer on one stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ProducerRow {
+    /// Producer epoch.
+    pub epoch: u64,
+    /// Last accepted sequence in that epoch.
+    pub seq: u64,
+    /// Start offset of the last accepted append.
+    pub last_start_offset: u64,
+    /// Next offset after the last accepted append.
+    pub last_next_offset: u64,
+    /// Whether the last accepted append closed the stream.
+    pub last_closed: bool,
+    /// Items of the last accepted append (one, or several for a batch).
+    pub last_items: Vec<ProducerAppendRecord>,
+}
+
+/// The response to one accepted producer sequence, kept for the epoch so retries are answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReceiptRow {
+    /// Start offset of the append.
+    pub start_offset: u64,
+    /// Next offset after it.
+    pub next_offset: u64,
+    /// Whether it closed the stream.
+    pub closed: bool,
+    /// Its items.
+    pub items: Vec<ProducerAppendRecord>,
+}
+
+/// Where one append's bytes live: `[start (in the key), end)` at `log_offset` of the stream's
+/// partition. Encoded as `end u64 BE, log_offset u64 BE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MessageRow {
+    /// One past the last byte of the append.
+    pub end_offset: u64,
+    /// Offset of the record that holds the bytes, in the stream's partition.
+    pub log_offset: u64,
+}
+
+impl MessageRow {
+    /// The 16-byte encoding.
+    pub fn encode(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.end_offset.to_be_bytes());
+        out[8..].copy_from_slice(&self.log_offset.to_be_bytes());
+        out
+    }
+
+    /// Decodes a 16-byte message row.
+    pub fn decode(bytes: &[u8]) -> Result<Self, GroupError> {
+        let bytes: &[u8; 16] = bytes
+            .try_into()
+            .map_err(|_| GroupError::Corrupt(format!("message row of {} bytes", bytes.len())))?;
+        let (end, log) = bytes.split_at(8);
+        Ok(Self {
+            end_offset: u64::from_be_bytes(end.try_into().unwrap_or_default()),
+            log_offset: u64::from_be_bytes(log.try_into().unwrap_or_default()),
+        })
+    }
+}
+
+/// Per-bucket usage row (the ursula `BucketUsage` counters).
+pub(crate) type UsageRow = BucketUsage;
+/// Per-bucket quota row.
+pub(crate) type QuotaRow = BucketQuota;
+/// One cold-GC queue entry.
+pub(crate) type GcRow = ColdGcEntry;
+
+/// Encodes a JSON row behind the row version byte.
+pub(crate) fn encode_row<T: Serialize>(row: &T) -> Result<Vec<u8>, GroupError> {
+    let mut out = vec![ROW_VERSION];
+    serde_json::to_writer(&mut out, row).map_err(|e| GroupError::Corrupt(e.to_string()))?;
+    Ok(out)
+}
+
+/// Decodes a JSON row, checking the row version byte.
+pub(crate) fn decode_row<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, GroupError> {
+    match bytes.split_first() {
+        Some((&ROW_VERSION, json)) => serde_json::from_slice(json)
+            .map_err(|e| GroupError::Corrupt(format!("{what} row: {e}"))),
+        Some((v, _)) => Err(GroupError::Corrupt(format!("{what} row version {v}"))),
+        None => Err(GroupError::Corrupt(format!("empty {what} row"))),
+    }
+}

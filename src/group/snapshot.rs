@@ -1,0 +1,401 @@
+//! Whole-group snapshots in ursula's `GroupSnapshot` shape: `snapshot` builds one from durable
+//! state; `install_snapshot` replaces the group with one; `import_group_state` restores one into
+//! an empty group as a single committed write.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use ursula_runtime::{
+    GroupEngineError, GroupSnapshot, ImportGroupStateResponse, StreamAppendCount,
+};
+use ursula_shard::{BucketStreamId, ShardPlacement};
+use ursula_stream::{
+    BucketQuotaSnapshot, BucketUsageSnapshot, HotPayloadSegment, ProducerReceipt, ProducerSnapshot,
+    StreamErrorCode, StreamMessageRecord, StreamSnapshot, StreamSnapshotEntry,
+};
+
+use super::db::Tx;
+use super::payload::PayloadLog;
+use super::read::integrity_snapshot;
+use super::rows::{MessageRow, ProducerRow, ReceiptRow, StreamRow};
+use super::state::{compare_ids, GroupState};
+use super::{stream_error, DiskGroupEngine};
+
+impl DiskGroupEngine {
+    /// Builds the stream snapshot of the whole group (reads every hot payload).
+    pub(crate) async fn stream_snapshot(&self) -> Result<StreamSnapshot, GroupEngineError> {
+        let mut ids: Vec<&BucketStreamId> = self.state.streams.keys().collect();
+        ids.sort_by(|a, b| compare_ids(a, b));
+        let mut streams = Vec::with_capacity(ids.len());
+        for id in ids {
+            let row = &self.state.streams[id];
+            let tail = row.metadata.tail_offset;
+            let hot_from = row.hot_start_offset.max(row.retained_offset).min(tail);
+            let payload = self.read_hot(id, row, hot_from, tail)?;
+            let mut message_records = Vec::new();
+            if hot_from > row.retained_offset {
+                message_records.push(StreamMessageRecord {
+                    start_offset: row.retained_offset,
+                    end_offset: hot_from,
+                });
+            }
+            for (start, m) in self.db.messages(id, 0, u64::MAX)? {
+                let start = start.max(hot_from);
+                if m.end_offset > start {
+                    message_records.push(StreamMessageRecord {
+                        start_offset: start,
+                        end_offset: m.end_offset,
+                    });
+                }
+            }
+            let mut producer_states = Vec::new();
+            for (producer_id, head) in self.state.producers.get(id).into_iter().flatten() {
+                let receipts = self
+                    .db
+                    .receipts(id, producer_id)?
+                    .into_iter()
+                    .map(|(seq, r)| ProducerReceipt {
+                        producer_seq: seq,
+                        start_offset: r.start_offset,
+                        next_offset: r.next_offset,
+                        closed: r.closed,
+                        items: r.items,
+                    })
+                    .collect();
+                producer_states.push(ProducerSnapshot {
+                    producer_id: producer_id.clone(),
+                    producer_epoch: head.epoch,
+                    producer_seq: head.seq,
+                    last_start_offset: head.last_start_offset,
+                    last_next_offset: head.last_next_offset,
+                    last_closed: head.last_closed,
+                    last_items: head.last_items.clone(),
+                    receipts,
+                });
+            }
+            let hot_segments = if payload.is_empty() {
+                Vec::new()
+            } else {
+                vec![HotPayloadSegment {
+                    start_offset: hot_from,
+                    end_offset: tail,
+                    payload_start: 0,
+                    payload_end: payload.len(),
+                }]
+            };
+            streams.push(StreamSnapshotEntry {
+                metadata: row.metadata.clone(),
+                attrs: row.attrs.clone(),
+                hot_start_offset: if hot_from < tail { hot_from } else { tail },
+                payload: payload.to_vec(),
+                hot_segments,
+                cold_frontier_offset: row.hot_start_offset.max(row.retained_offset),
+                cold_index_generation: 0,
+                cold_chunks: row.cold_chunks.clone(),
+                external_segments: Vec::new(),
+                message_records,
+                record_index: None,
+                integrity: integrity_snapshot(row),
+                retained_offset: Some(row.retained_offset),
+                visible_snapshot: row.visible_snapshot.clone(),
+                producer_states,
+            });
+        }
+        Ok(StreamSnapshot {
+            buckets: self.state.buckets.iter().cloned().collect(),
+            streams,
+            pending_cold_gc: self.state.gc.iter().cloned().collect(),
+            next_cold_gc_seq: self.state.next_gc_seq,
+            bucket_usage: self
+                .state
+                .usage
+                .iter()
+                .map(|(b, u)| BucketUsageSnapshot {
+                    bucket_id: b.clone(),
+                    usage: *u,
+                })
+                .collect(),
+            bucket_quotas: self
+                .state
+                .quotas
+                .iter()
+                .map(|(b, q)| BucketQuotaSnapshot {
+                    bucket_id: b.clone(),
+                    quota: *q,
+                })
+                .collect(),
+        })
+    }
+
+    /// `snapshot`.
+    pub(crate) async fn group_snapshot(
+        &self,
+        placement: ShardPlacement,
+    ) -> Result<GroupSnapshot, GroupEngineError> {
+        let stream_snapshot = self.stream_snapshot().await?;
+        let mut counts: Vec<StreamAppendCount> = self
+            .state
+            .streams
+            .iter()
+            .map(|(id, row)| StreamAppendCount {
+                stream_id: id.clone(),
+                append_count: row.append_count,
+            })
+            .collect();
+        counts.sort_by(|a, b| compare_ids(&a.stream_id, &b.stream_id));
+        Ok(GroupSnapshot {
+            placement,
+            group_commit_index: self.state.commit_index,
+            stream_snapshot,
+            stream_append_counts: counts,
+        })
+    }
+
+    /// Replaces the whole group with `snapshot`: hot payloads are rewritten into the payload
+    /// log (one record per message), everything else into one state commit.
+    pub(crate) async fn install(
+        &mut self,
+        snapshot: StreamSnapshot,
+        commit_index: u64,
+        counts: &[StreamAppendCount],
+        now_ms: u64,
+    ) -> Result<(), GroupEngineError> {
+        validate_snapshot(&snapshot)?;
+        let counts: BTreeMap<String, u64> = counts
+            .iter()
+            .map(|c| (c.stream_id.to_string(), c.append_count))
+            .collect();
+        // Payloads first (unreferenced until the commit below).
+        let mut items = Vec::new();
+        let mut pieces = Vec::new();
+        for entry in &snapshot.streams {
+            let id = &entry.metadata.stream_id;
+            let partition = PayloadLog::partition_for(id);
+            let hot_from = entry.metadata.tail_offset - entry.payload.len() as u64;
+            let payload = Bytes::from(entry.payload.clone());
+            let mut bounds: Vec<(u64, u64)> = entry
+                .message_records
+                .iter()
+                .filter(|r| r.end_offset > hot_from)
+                .map(|r| (r.start_offset.max(hot_from), r.end_offset))
+                .collect();
+            if bounds.is_empty() && !payload.is_empty() {
+                bounds.push((hot_from, entry.metadata.tail_offset));
+            }
+            let slices: Vec<Bytes> = bounds
+                .iter()
+                .map(|(s, e)| payload.slice((s - hot_from) as usize..(e - hot_from) as usize))
+                .collect();
+            pieces.push(bounds);
+            items.push((id.clone(), partition, slices));
+        }
+        let offsets = self.payloads.append_many(items, now_ms).await?;
+        let mut state = GroupState {
+            commit_index,
+            next_gc_seq: snapshot.next_cold_gc_seq,
+            buckets: snapshot.buckets.iter().cloned().collect(),
+            gc: snapshot.pending_cold_gc.iter().cloned().collect(),
+            usage: snapshot
+                .bucket_usage
+                .iter()
+                .map(|u| (u.bucket_id.clone(), u.usage))
+                .collect(),
+            quotas: snapshot
+                .bucket_quotas
+                .iter()
+                .map(|q| (q.bucket_id.clone(), q.quota))
+                .collect(),
+            ..GroupState::default()
+        };
+        let mut tx = Tx::default();
+        tx.clear_all(&self.db);
+        for b in &state.buckets {
+            tx.put_bucket(&self.db, b);
+        }
+        for e in &state.gc {
+            tx.put_gc(&self.db, e);
+        }
+        for (b, u) in &state.usage {
+            tx.put_usage(&self.db, b, u);
+        }
+        for (b, q) in &state.quotas {
+            tx.put_quota(&self.db, b, Some(q));
+        }
+        for ((entry, bounds), log_offsets) in snapshot.streams.into_iter().zip(pieces).zip(offsets)
+        {
+            let id = entry.metadata.stream_id.clone();
+            let tail = entry.metadata.tail_offset;
+            let hot_from = tail - entry.payload.len() as u64;
+            let retained = entry.retained_offset.unwrap_or(0);
+            for ((start, end), log_offset) in bounds.iter().zip(log_offsets) {
+                tx.put_message(
+                    &self.db,
+                    &id,
+                    *start,
+                    MessageRow {
+                        end_offset: *end,
+                        log_offset,
+                    },
+                );
+            }
+            let row = StreamRow {
+                attrs: entry.attrs,
+                hot_start_offset: hot_from.max(retained),
+                retained_offset: retained,
+                live_setsum: entry.integrity.live_setsum,
+                total_setsum: entry.integrity.total_setsum,
+                total_records: entry.integrity.total_records,
+                visible_snapshot: entry.visible_snapshot,
+                append_count: counts.get(&id.to_string()).copied().unwrap_or(0),
+                cold_chunks: entry.cold_chunks,
+                partition: PayloadLog::partition_for(&id),
+                metadata: entry.metadata,
+            };
+            for p in entry.producer_states {
+                let head = ProducerRow {
+                    epoch: p.producer_epoch,
+                    seq: p.producer_seq,
+                    last_start_offset: p.last_start_offset,
+                    last_next_offset: p.last_next_offset,
+                    last_closed: p.last_closed,
+                    last_items: p.last_items.clone(),
+                };
+                tx.put_producer(&self.db, &id, &p.producer_id, &head, false);
+                let receipts = if p.receipts.is_empty() {
+                    vec![ProducerReceipt {
+                        producer_seq: p.producer_seq,
+                        start_offset: p.last_start_offset,
+                        next_offset: p.last_next_offset,
+                        closed: p.last_closed,
+                        items: p.last_items,
+                    }]
+                } else {
+                    p.receipts
+                };
+                for r in receipts {
+                    tx.put_receipt(
+                        &self.db,
+                        &id,
+                        &p.producer_id,
+                        r.producer_seq,
+                        &ReceiptRow {
+                            start_offset: r.start_offset,
+                            next_offset: r.next_offset,
+                            closed: r.closed,
+                            items: r.items,
+                        },
+                    );
+                }
+                state
+                    .producers
+                    .entry(id.clone())
+                    .or_default()
+                    .insert(p.producer_id, head);
+            }
+            tx.put_stream(&self.db, &id, &row);
+            state.streams.insert(id, row);
+        }
+        let previous = std::mem::replace(&mut self.state, state);
+        if let Err(e) = self.commit(tx) {
+            self.state = previous;
+            return Err(e);
+        }
+        self.reclaim_hot_segments()?;
+        Ok(())
+    }
+
+    /// `import_group_state`: restores a backup into an empty group.
+    pub(crate) async fn import_inner(
+        &mut self,
+        snapshot: StreamSnapshot,
+        placement: ShardPlacement,
+    ) -> Result<ImportGroupStateResponse, GroupEngineError> {
+        if !self.state.buckets.is_empty() || !self.state.streams.is_empty() {
+            return Err(stream_error(
+                StreamErrorCode::ImportConflict,
+                "group state import requires an empty group",
+            ));
+        }
+        validate_snapshot(&snapshot)
+            .map_err(|e| stream_error(StreamErrorCode::ImportInvalid, e.message().to_string()))?;
+        let buckets = snapshot.buckets.len() as u64;
+        let streams = snapshot.streams.len() as u64;
+        let commit_index = self.state.commit_index + 1;
+        self.install(snapshot, commit_index, &[], crate::now_ms() as u64)
+            .await?;
+        Ok(ImportGroupStateResponse {
+            placement,
+            buckets,
+            streams,
+            group_commit_index: commit_index,
+        })
+    }
+}
+
+/// Checks the invariants a snapshot must hold before it replaces any state.
+fn validate_snapshot(snapshot: &StreamSnapshot) -> Result<(), GroupEngineError> {
+    let invalid = |m: String| stream_error(StreamErrorCode::ImportInvalid, m);
+    let mut buckets = std::collections::BTreeSet::new();
+    for b in &snapshot.buckets {
+        if !buckets.insert(b) {
+            return Err(invalid(format!("snapshot contains duplicate bucket '{b}'")));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for entry in &snapshot.streams {
+        let m = &entry.metadata;
+        let id = &m.stream_id;
+        if !seen.insert(id.clone()) {
+            return Err(invalid(format!(
+                "snapshot contains duplicate stream '{id}'"
+            )));
+        }
+        if !buckets.contains(&id.bucket_id) {
+            return Err(invalid(format!(
+                "snapshot stream '{id}' references a missing bucket"
+            )));
+        }
+        super::lifecycle::refuse_json(&m.content_type)?;
+        if !entry.external_segments.is_empty() || entry.cold_chunks.iter().any(|c| c.shared_object)
+        {
+            return Err(GroupEngineError::new(format!("snapshot stream '{id}' uses external or shared objects, which Strata does not support")));
+        }
+        let payload = entry.payload.len() as u64;
+        let retained = entry.retained_offset.unwrap_or(0);
+        if payload > m.tail_offset || retained > m.tail_offset {
+            return Err(invalid(format!(
+                "snapshot stream '{id}' tail offset {} does not match payload length {payload}",
+                m.tail_offset
+            )));
+        }
+        let hot_from = m.tail_offset - payload;
+        let cold_end = entry
+            .cold_chunks
+            .last()
+            .map_or(retained.max(hot_from), |c| c.end_offset);
+        if cold_end < hot_from {
+            return Err(invalid(format!(
+                "snapshot stream '{id}' has a gap between its cold chunks and hot payload"
+            )));
+        }
+        if entry
+            .visible_snapshot
+            .as_ref()
+            .is_some_and(|s| s.offset > m.tail_offset)
+        {
+            return Err(invalid(format!(
+                "snapshot stream '{id}' visible snapshot offset is beyond its tail"
+            )));
+        }
+        let mut producers = std::collections::HashSet::new();
+        for p in &entry.producer_states {
+            if !producers.insert(&p.producer_id) {
+                return Err(invalid(format!(
+                    "snapshot stream '{id}' contains duplicate producer '{}'",
+                    p.producer_id
+                )));
+            }
+        }
+    }
+    Ok(())
+}

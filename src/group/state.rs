@@ -1,0 +1,97 @@
+//! The group state held in memory: every small table of the database (streams, producers,
+//! buckets, usage, quotas, the cold-GC queue and the counters), loaded at open and kept equal to
+//! the durable rows by writing each change through a [`super::db::Tx`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use ursula_shard::BucketStreamId;
+use ursula_stream::{StreamMetadata, StreamStatus};
+
+use super::rows::{GcRow, ProducerRow, QuotaRow, StreamRow, UsageRow};
+
+/// Everything but messages and receipts, which stay on disk.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GroupState {
+    /// Mutating outcomes so far.
+    pub commit_index: u64,
+    /// Sequence the next cold-GC entry gets.
+    pub next_gc_seq: u64,
+    /// Buckets that exist.
+    pub buckets: BTreeSet<String>,
+    /// Live streams.
+    pub streams: HashMap<BucketStreamId, StreamRow>,
+    /// Producer heads per stream.
+    pub producers: HashMap<BucketStreamId, BTreeMap<String, ProducerRow>>,
+    /// Per-bucket usage.
+    pub usage: BTreeMap<String, UsageRow>,
+    /// Per-bucket quotas.
+    pub quotas: BTreeMap<String, QuotaRow>,
+    /// Cold-GC queue, oldest first.
+    pub gc: VecDeque<GcRow>,
+    /// Append counts of streams removed by expiry or purge: a stream recreated under the same
+    /// id continues its count (only an explicit delete forgets it), as in ursula.
+    pub retired_counts: HashMap<BucketStreamId, u64>,
+}
+
+impl GroupState {
+    /// Hot bytes of one stream: what its segments still hold.
+    pub fn stream_hot_bytes(row: &StreamRow) -> u64 {
+        row.metadata
+            .tail_offset
+            .saturating_sub(row.hot_start_offset.max(row.retained_offset))
+    }
+
+    /// Hot bytes of the whole group.
+    pub fn group_hot_bytes(&self) -> u64 {
+        self.streams.values().map(Self::stream_hot_bytes).sum()
+    }
+}
+
+/// When the stream expires, if it ever does.
+pub(crate) fn expiry_at_ms(stream: &StreamMetadata) -> Option<u64> {
+    if let Some(at) = stream.stream_expires_at_ms {
+        return Some(at);
+    }
+    stream.stream_ttl_seconds.map(|ttl| {
+        stream
+            .last_ttl_touch_at_ms
+            .saturating_add(ttl.saturating_mul(1000))
+    })
+}
+
+/// True once `now_ms` reached the stream's expiry.
+pub(crate) fn is_expired(stream: &StreamMetadata, now_ms: u64) -> bool {
+    expiry_at_ms(stream).is_some_and(|at| now_ms >= at)
+}
+
+/// True when a read at `now_ms` should renew a sliding TTL (a quarter of it has elapsed).
+pub(crate) fn renewal_due(stream: &StreamMetadata, now_ms: u64) -> bool {
+    let Some(ttl) = stream.stream_ttl_seconds else {
+        return false;
+    };
+    if stream.stream_expires_at_ms.is_some() {
+        return false;
+    }
+    let interval = ttl.saturating_mul(1000).div_ceil(4).max(1);
+    now_ms.saturating_sub(stream.last_ttl_touch_at_ms) >= interval
+}
+
+/// Renews a sliding TTL (absolute expiry is never renewed).
+pub(crate) fn renew_ttl(stream: &mut StreamMetadata, now_ms: u64) {
+    if stream.stream_ttl_seconds.is_some() && stream.stream_expires_at_ms.is_none() {
+        stream.last_ttl_touch_at_ms = now_ms;
+    }
+}
+
+/// True when the stream is closed.
+pub(crate) fn is_closed(stream: &StreamMetadata) -> bool {
+    stream.status == StreamStatus::Closed
+}
+
+/// Stream ids in ursula's order (bucket, affinity, stream).
+pub(crate) fn compare_ids(a: &BucketStreamId, b: &BucketStreamId) -> std::cmp::Ordering {
+    a.bucket_id
+        .cmp(&b.bucket_id)
+        .then_with(|| a.affinity_key.cmp(&b.affinity_key))
+        .then_with(|| a.stream_id.cmp(&b.stream_id))
+}
