@@ -313,11 +313,14 @@ impl DiskGroupEngine {
         let input = plan.input;
         let id = input.stream_id.clone();
         let len = input.payload.len() as u64;
-        let row = self
+        // Work on a copy so a failure part-way leaves memory as it was.
+        let mut updated = self
             .state
             .streams
-            .get_mut(&id)
-            .ok_or_else(|| not_found(&id))?;
+            .get(&id)
+            .ok_or_else(|| not_found(&id))?
+            .clone();
+        let row = &mut updated;
         let offset = row.metadata.tail_offset;
         row.metadata.tail_offset = offset.saturating_add(len);
         if let Some(seq) = input.stream_seq.clone() {
@@ -329,9 +332,14 @@ impl DiskGroupEngine {
         }
         let closed = is_closed(&row.metadata);
         let next_offset = row.metadata.tail_offset;
+        let mut messages = Vec::new();
         if let Some(log_offset) = log_offset {
-            integrity_append(row, &id, offset, next_offset, &input.payload);
+            integrity_append(row, &id, offset, next_offset, &input.payload)?;
             row.append_count += 1;
+            messages.push((offset, next_offset, log_offset));
+        }
+        self.state.streams.insert(id.clone(), updated);
+        for (offset, next_offset, log_offset) in messages {
             tx.put_message(
                 &self.db,
                 &id,
@@ -703,27 +711,22 @@ impl DiskGroupEngine {
             .payloads
             .append(id, partition, &payloads, now_ms)
             .await?;
-        let row = self
+        let mut updated = self
             .state
             .streams
-            .get_mut(id)
-            .ok_or_else(|| not_found(id))?;
+            .get(id)
+            .ok_or_else(|| not_found(id))?
+            .clone();
+        let row = &mut updated;
+        let mut messages = Vec::with_capacity(payloads.len());
         let mut items = Vec::with_capacity(payloads.len());
         for (payload, log_offset) in payloads.iter().zip(&log_offsets) {
             let start = row.metadata.tail_offset;
             let end = start + payload.len() as u64;
             row.metadata.tail_offset = end;
-            integrity_append(row, id, start, end, payload);
+            integrity_append(row, id, start, end, payload)?;
             row.append_count += 1;
-            tx.put_message(
-                &self.db,
-                id,
-                start,
-                MessageRow {
-                    end_offset: end,
-                    log_offset: *log_offset,
-                },
-            );
+            messages.push((start, end, *log_offset));
             items.push(ProducerAppendRecord {
                 start_offset: start,
                 next_offset: end,
@@ -733,6 +736,18 @@ impl DiskGroupEngine {
             });
         }
         renew_ttl(&mut row.metadata, now_ms);
+        self.state.streams.insert(id.clone(), updated);
+        for (start, end, log_offset) in messages {
+            tx.put_message(
+                &self.db,
+                id,
+                start,
+                MessageRow {
+                    end_offset: end,
+                    log_offset,
+                },
+            );
+        }
         self.record_producer(tx, id, &producer, items.clone());
         self.save_stream(tx, id);
         self.usage_on_append(tx, &id.bucket_id, total, payloads.len() as u64, false);
@@ -766,7 +781,8 @@ impl DiskGroupEngine {
     }
 
     /// `append_transaction`: appends to several streams of one bucket and affinity key, all or
-    /// none, in one payload-log round and one state commit.
+    /// none: every payload is written in one payload-log round and every state change in one
+    /// commit. Operations are checked in order against the state the earlier ones leave.
     pub(crate) async fn append_transaction_inner(
         &mut self,
         request: AppendTransactionRequest,
@@ -775,99 +791,139 @@ impl DiskGroupEngine {
     ) -> Result<AppendTransactionResponse, GroupEngineError> {
         let operations = request.operations;
         let Some(first) = operations.first() else {
-            return Err(stream_error(
-                StreamErrorCode::EmptyAppend,
+            return Err(GroupEngineError::new(
                 "append transaction must contain at least one operation",
             ));
         };
-        let scope = (
-            first.stream_id.bucket_id.clone(),
-            first.stream_id.affinity_key.clone(),
-        );
-        if scope.1.is_none() {
-            return Err(stream_error(
-                StreamErrorCode::InvalidStreamId,
-                "append transactions require a path affinity key",
-            ));
-        }
-        if operations.iter().any(|op| {
-            (
-                op.stream_id.bucket_id.clone(),
-                op.stream_id.affinity_key.clone(),
-            ) != scope
-        }) {
-            return Err(stream_error(
-                StreamErrorCode::InvalidStreamId,
-                "append transaction operations must share one bucket and affinity key",
-            ));
-        }
         let total: u64 = operations.iter().map(|op| op.payload.len() as u64).sum();
         self.check_admission(&first.stream_id, admission, total)?;
-        // Validate every operation against state that includes the earlier ones, on a scratch
-        // copy of memory: nothing is written unless all of them pass.
-        let saved = self.state.clone();
-        let mut tx = Tx::default();
-        let mut plans = Vec::with_capacity(operations.len());
-        let mut simulated = Vec::with_capacity(operations.len());
-        for op in operations {
-            let input: AppendInput = op.into();
-            match self.plan_append(&mut tx, input) {
-                Ok(Ok(plan)) => {
-                    // Simulate the effect so later operations see it (no payload yet).
-                    let len = plan.input.payload.len() as u64;
-                    let id = plan.input.stream_id.clone();
-                    let fake = PlannedAppend {
-                        input: plan.input.clone(),
-                    };
-                    let outcome =
-                        self.apply_append(&mut Tx::default(), fake, (len > 0).then_some(0))?;
-                    simulated.push(outcome);
-                    plans.push((id, plan));
-                }
-                Ok(Err(answer)) => {
-                    self.state = saved;
-                    return Err(GroupEngineError::new(format!(
-                        "append transaction operation answered without a write: {answer:?}"
-                    )));
-                }
-                Err(e) => {
-                    self.state = saved;
-                    return Err(e);
-                }
+        let bucket = first.stream_id.bucket_id.clone();
+        let Some(affinity) = first.stream_id.affinity_key.clone() else {
+            return Err(stream_error(
+                StreamErrorCode::InvalidStreamId,
+                "append transaction streams must use path affinity",
+            ));
+        };
+        for op in &operations {
+            let id = &op.stream_id;
+            if id.bucket_id != bucket || id.affinity_key.as_deref() != Some(affinity.as_str()) {
+                return Err(stream_error(
+                    StreamErrorCode::InvalidStreamId,
+                    "append transaction streams must share one bucket and affinity key",
+                ));
+            }
+            let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+            if super::state::is_expired(&row.metadata, op.now_ms) {
+                return Err(not_found(id));
             }
         }
-        drop(simulated);
-        self.state = saved;
-        // Write every payload in one round, then apply all operations into one commit.
-        let items: Vec<(BucketStreamId, u32, Vec<Bytes>)> = plans
+        let inputs: Vec<AppendInput> = operations.into_iter().map(AppendInput::from).collect();
+        // Dry run on a scratch copy of memory: which operations write, and do all of them pass?
+        let saved = self.state.clone();
+        let dry = self.run_transaction(&inputs, None);
+        self.state = saved.clone();
+        let writes = dry?;
+        // Payloads of the writing operations, in one durability round.
+        let items: Vec<(BucketStreamId, u32, Vec<Bytes>)> = inputs
             .iter()
-            .map(|(id, plan)| {
-                let partition = self.state.streams.get(id).map_or(0, |r| r.partition);
-                let payloads = if plan.input.payload.is_empty() {
-                    Vec::new()
+            .zip(&writes)
+            .map(|(input, writes)| {
+                let partition = self
+                    .state
+                    .streams
+                    .get(&input.stream_id)
+                    .map_or(0, |r| r.partition);
+                let payloads = if *writes {
+                    vec![input.payload.clone()]
                 } else {
-                    vec![plan.input.payload.clone()]
+                    Vec::new()
                 };
-                (id.clone(), partition, payloads)
+                (input.stream_id.clone(), partition, payloads)
             })
             .collect();
-        let now_ms = plans.first().map_or(0, |(_, p)| p.input.now_ms);
+        let now_ms = inputs.first().map_or(0, |i| i.now_ms);
         let offsets = self.payloads.append_many(items, now_ms).await?;
+        let offsets: Vec<Option<u64>> = offsets.into_iter().map(|o| o.first().copied()).collect();
         let mut tx = Tx::default();
-        let mut responses = Vec::with_capacity(plans.len());
-        for ((id, plan), offsets) in plans.into_iter().zip(offsets) {
-            let outcome = self.apply_append(&mut tx, plan, offsets.first().copied())?;
-            responses.push(self.append_response(&id, outcome, placement)?);
-        }
+        let applied = match self.run_transaction_into(&mut tx, &inputs, Some(&offsets)) {
+            Ok(applied) => applied,
+            Err(e) => {
+                self.state = saved;
+                return Err(e);
+            }
+        };
         let group_hot = self.state.group_hot_bytes();
-        for r in &mut responses {
-            r.group_hot_bytes = group_hot;
+        let mut responses = Vec::with_capacity(applied.len());
+        for (input, (outcome, count, commit)) in inputs.iter().zip(applied) {
+            let mut response = self.append_response(&input.stream_id, outcome, placement)?;
+            response.stream_append_count = count;
+            response.group_commit_index = commit;
+            response.group_hot_bytes = group_hot;
+            responses.push(response);
         }
         self.commit(tx)?;
         Ok(AppendTransactionResponse {
             placement,
             items: responses,
         })
+    }
+
+    /// Dry run of a transaction: which operations append bytes.
+    fn run_transaction(
+        &mut self,
+        inputs: &[AppendInput],
+        offsets: Option<&[Option<u64>]>,
+    ) -> Result<Vec<bool>, GroupEngineError> {
+        let mut scratch = Tx::default();
+        let applied = self.run_transaction_into(&mut scratch, inputs, offsets)?;
+        Ok(applied
+            .iter()
+            .map(|(o, _, _)| {
+                matches!(
+                    o,
+                    AppendOutcome::Appended {
+                        deduplicated: false,
+                        ..
+                    }
+                )
+            })
+            .collect())
+    }
+
+    /// Plans and applies each operation in order into `tx`; `offsets` are the payload records
+    /// (None in a dry run). Returns each outcome with the stream's append count and the commit
+    /// index right after it.
+    fn run_transaction_into(
+        &mut self,
+        tx: &mut Tx,
+        inputs: &[AppendInput],
+        offsets: Option<&[Option<u64>]>,
+    ) -> Result<Vec<(AppendOutcome, u64, u64)>, GroupEngineError> {
+        let mut out = Vec::with_capacity(inputs.len());
+        for (i, input) in inputs.iter().enumerate() {
+            let outcome = match self.plan_append(tx, input.clone())? {
+                Err(answer) => answer,
+                Ok(plan) => {
+                    let log_offset = match offsets {
+                        Some(offsets) => offsets.get(i).copied().flatten(),
+                        None => (!plan.input.payload.is_empty()).then_some(0),
+                    };
+                    self.apply_append(tx, plan, log_offset)?
+                }
+            };
+            if matches!(outcome, AppendOutcome::Closed { .. }) {
+                return Err(GroupEngineError::new(
+                    "append transaction operations must carry payload",
+                ));
+            }
+            let count = self
+                .state
+                .streams
+                .get(&input.stream_id)
+                .map_or(0, |r| r.append_count);
+            out.push((outcome, count, self.state.commit_index));
+        }
+        Ok(out)
     }
 }
 

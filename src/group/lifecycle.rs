@@ -17,7 +17,7 @@ use super::db::Tx;
 use super::payload::PayloadLog;
 use super::rows::{MessageRow, ProducerRow, ReceiptRow, StreamRow};
 use super::state::{compare_ids, expiry_at_ms, is_expired, renew_ttl};
-use super::{not_found, stream_error, DiskGroupEngine};
+use super::{not_found, stream_error, DiskGroupEngine, GroupError};
 
 /// Streams removed by one TTL sweep at most (ursula's bound).
 const SWEEP_MAX_STREAMS: usize = 256;
@@ -124,9 +124,9 @@ pub(crate) fn integrity_append(
     start: u64,
     end: u64,
     payload: &[u8],
-) {
+) -> Result<(), GroupError> {
     if start == end {
-        return;
+        return Ok(());
     }
     let start_b = start.to_le_bytes();
     let end_b = end.to_le_bytes();
@@ -157,11 +157,17 @@ pub(crate) fn integrity_append(
     item.push(payload);
     let mut record = setsum::Setsum::default();
     record.insert_vectored(&item);
-    let live = setsum::Setsum::from_hexdigest(&row.live_setsum).unwrap_or_default() + record;
-    let total = setsum::Setsum::from_hexdigest(&row.total_setsum).unwrap_or_default() + record;
+    let parse = |hex: &str| {
+        setsum::Setsum::from_hexdigest(hex).ok_or_else(|| {
+            GroupError::Corrupt(format!("stream '{id}' has an unreadable integrity setsum"))
+        })
+    };
+    let live = parse(&row.live_setsum)? + record;
+    let total = parse(&row.total_setsum)? + record;
     row.live_setsum = live.hexdigest();
     row.total_setsum = total.hexdigest();
     row.total_records = row.total_records.saturating_add(1);
+    Ok(())
 }
 
 impl DiskGroupEngine {
@@ -518,7 +524,7 @@ impl DiskGroupEngine {
             partition,
         };
         if let Some(&log_offset) = log_offsets.first() {
-            integrity_append(&mut row, &id, 0, initial_len, &initial);
+            integrity_append(&mut row, &id, 0, initial_len, &initial)?;
             tx.put_message(
                 &self.db,
                 &id,
@@ -716,6 +722,8 @@ impl DiskGroupEngine {
             .filter(|id| id.bucket_id == bucket)
             .cloned()
             .collect();
+        let mut ids = ids;
+        ids.sort_by(compare_ids);
         let mut removed_streams = 0;
         for id in ids {
             if self.remove_stream(&mut tx, &id) {

@@ -59,6 +59,9 @@ pub enum GroupError {
     /// Durable state failed validation.
     #[error("corrupt group state: {0}")]
     Corrupt(String),
+    /// The caller asked for something that cannot be opened or done.
+    #[error("invalid group request: {0}")]
+    Invalid(String),
 }
 
 impl From<GroupError> for GroupEngineError {
@@ -119,7 +122,7 @@ impl DiskGroupEngine {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
-            return Err(GroupError::Corrupt(format!(
+            return Err(GroupError::Invalid(format!(
                 "group name {name:?} must be non-empty [A-Za-z0-9_-]"
             )));
         }

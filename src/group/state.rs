@@ -88,10 +88,10 @@ pub(crate) fn is_closed(stream: &StreamMetadata) -> bool {
     stream.status == StreamStatus::Closed
 }
 
-/// Stream ids in ursula's order (bucket, affinity, stream).
+/// Stream ids in ursula's order (bucket, then stream), affinity breaking ties.
 pub(crate) fn compare_ids(a: &BucketStreamId, b: &BucketStreamId) -> std::cmp::Ordering {
     a.bucket_id
         .cmp(&b.bucket_id)
-        .then_with(|| a.affinity_key.cmp(&b.affinity_key))
         .then_with(|| a.stream_id.cmp(&b.stream_id))
+        .then_with(|| a.affinity_key.cmp(&b.affinity_key))
 }
