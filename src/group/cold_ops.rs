@@ -414,6 +414,14 @@ impl DiskGroupEngine {
         Ok(response)
     }
 
+    /// Bytes of `id` still held hot in segments (0 for an unknown stream).
+    pub fn backlog_bytes(&self, id: &BucketStreamId) -> u64 {
+        self.state
+            .streams
+            .get(id)
+            .map_or(0, GroupState::stream_hot_bytes)
+    }
+
     /// `cold_hot_backlog`.
     pub(crate) fn backlog_inner(&self, id: BucketStreamId) -> ColdHotBacklog {
         let stream_hot_bytes = self

@@ -36,8 +36,10 @@ use crate::log::LogOptions;
 use crate::store::Store;
 use crate::StoreError;
 
+pub use cold_ops::{cold_chunk_prefix, new_cold_object_path, ColdGcReport};
 pub use db::GROUP_STATE_VERSION;
 pub use payload::PAYLOAD_PARTITIONS;
+pub use read::MAX_READ_BYTES;
 pub use seam::DiskGroupEngineFactory;
 
 use db::{GroupDb, Tx};
