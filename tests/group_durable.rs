@@ -1,0 +1,644 @@
+//! The group engine's state across restarts, method by method: producers, quotas, TTL, close,
+//! checkpoints and retention, bootstrap, usage, whole-group snapshots (to and from ursula's
+//! in-memory engine), import, refusals, and SIGKILL in the middle of appends.
+#![cfg(feature = "ursula")]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata::cold::ColdStore;
+use strata::group::{DiskGroupEngine, GroupOptions};
+use strata::Store;
+use ursula_runtime::{
+    AdvanceRetentionRequest, AppendRequest, BootstrapStreamRequest, CloseStreamRequest,
+    ColdWriteAdmission, CreateStreamExternalRequest, CreateStreamRequest, GroupEngine,
+    GroupEngineError, HeadStreamRequest, ImportGroupStateRequest, InMemoryGroupEngine,
+    PublishSnapshotRequest, ReadSnapshotRequest, ReadStreamRequest, SetBucketQuotaRequest,
+};
+use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
+use ursula_stream::{ExternalPayloadRef, ProducerRequest, StreamErrorCode};
+
+const CT: &str = "application/octet-stream";
+
+fn p() -> ShardPlacement {
+    ShardPlacement {
+        core_id: CoreId(0),
+        shard_id: ShardId(0),
+        raft_group_id: RaftGroupId(3),
+    }
+}
+
+fn none() -> ColdWriteAdmission {
+    ColdWriteAdmission::default()
+}
+
+fn open(dir: &Path) -> (Arc<Store>, DiskGroupEngine) {
+    let store = Arc::new(Store::open(dir).expect("store"));
+    let cold = ColdStore::local(&dir.join("cold")).expect("cold");
+    let engine =
+        DiskGroupEngine::open(&store, "durable", cold, GroupOptions::default()).expect("engine");
+    (store, engine)
+}
+
+fn reopen(dir: &Path, store: Arc<Store>, engine: DiskGroupEngine) -> (Arc<Store>, DiskGroupEngine) {
+    drop(engine);
+    store.close_blocking().expect("close");
+    drop(store);
+    open(dir)
+}
+
+fn code<T>(r: Result<T, GroupEngineError>) -> Option<StreamErrorCode> {
+    r.err().and_then(|e| e.code())
+}
+
+fn append(
+    id: &BucketStreamId,
+    bytes: &'static [u8],
+    now: u64,
+    producer: Option<(u64, u64)>,
+) -> AppendRequest {
+    let mut r = AppendRequest::from_bytes(id.clone(), Bytes::from_static(bytes));
+    r.content_type = CT.into();
+    r.now_ms = now;
+    r.producer = producer.map(|(epoch, seq)| ProducerRequest {
+        producer_id: "writer".into(),
+        producer_epoch: epoch,
+        producer_seq: seq,
+    });
+    r
+}
+
+fn create(id: &BucketStreamId, now: u64) -> CreateStreamRequest {
+    let mut r = CreateStreamRequest::new(id.clone(), CT);
+    r.now_ms = now;
+    r
+}
+
+async fn read(
+    engine: &mut DiskGroupEngine,
+    id: &BucketStreamId,
+    offset: u64,
+    now: u64,
+) -> Result<Vec<u8>, GroupEngineError> {
+    engine
+        .read_stream(
+            ReadStreamRequest {
+                stream_id: id.clone(),
+                offset,
+                max_len: 1 << 20,
+                now_ms: now,
+                record: None,
+                max_records: None,
+            },
+            p(),
+        )
+        .await
+        .map(|r| r.payload)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_are_idempotent_across_restarts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, mut engine) = open(dir.path());
+    let id = BucketStreamId::new("orders", "log");
+    engine
+        .create_stream(create(&id, 1), p(), none())
+        .await
+        .expect("create");
+    let first = engine
+        .append(append(&id, b"one", 2, Some((0, 0))), p(), none())
+        .await
+        .expect("seq 0");
+    let second = engine
+        .append(append(&id, b"two", 3, Some((0, 1))), p(), none())
+        .await
+        .expect("seq 1");
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    let retry = engine
+        .append(append(&id, b"two", 4, Some((0, 1))), p(), none())
+        .await
+        .expect("retry");
+    assert!(retry.deduplicated);
+    assert_eq!(
+        (retry.start_offset, retry.next_offset),
+        (second.start_offset, second.next_offset)
+    );
+    assert_eq!(retry.group_commit_index, second.group_commit_index);
+    let old = engine
+        .append(append(&id, b"one", 4, Some((0, 0))), p(), none())
+        .await
+        .expect("old receipt");
+    assert_eq!(
+        (old.start_offset, old.deduplicated),
+        (first.start_offset, true)
+    );
+    assert_eq!(
+        code(
+            engine
+                .append(append(&id, b"gap", 5, Some((0, 3))), p(), none())
+                .await
+        ),
+        Some(StreamErrorCode::ProducerSeqConflict)
+    );
+    engine
+        .append(append(&id, b"new", 6, Some((1, 0))), p(), none())
+        .await
+        .expect("new epoch");
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    assert_eq!(
+        code(
+            engine
+                .append(append(&id, b"zombie", 7, Some((0, 2))), p(), none())
+                .await
+        ),
+        Some(StreamErrorCode::ProducerEpochStale)
+    );
+    assert_eq!(
+        code(
+            engine
+                .append(append(&id, b"jump", 7, Some((2, 5))), p(), none())
+                .await
+        ),
+        Some(StreamErrorCode::InvalidProducer)
+    );
+    assert_eq!(
+        read(&mut engine, &id, 0, 8).await.expect("read"),
+        b"onetwonew"
+    );
+    drop((store, engine));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_ttl_and_close_survive_restarts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, mut engine) = open(dir.path());
+    let a = BucketStreamId::new("tenant", "a");
+    let b = BucketStreamId::new("tenant", "b");
+    let mut ttl = create(&a, 1_000);
+    ttl.stream_ttl_seconds = Some(10);
+    engine
+        .create_stream(ttl, p(), none())
+        .await
+        .expect("create");
+    engine
+        .set_bucket_quota(
+            SetBucketQuotaRequest {
+                bucket_id: "tenant".into(),
+                max_streams: Some(1),
+                max_retained_bytes: Some(8),
+            },
+            p(),
+        )
+        .await
+        .expect("quota");
+    let usage = engine.bucket_usage(p()).await.expect("usage");
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    assert_eq!(engine.bucket_usage(p()).await.expect("usage"), usage);
+    assert_eq!(
+        code(engine.create_stream(create(&b, 2_000), p(), none()).await),
+        Some(StreamErrorCode::QuotaExceeded)
+    );
+    engine
+        .append(append(&a, b"12345", 2_000, None), p(), none())
+        .await
+        .expect("fits");
+    assert_eq!(
+        code(
+            engine
+                .append(append(&a, b"6789", 2_000, None), p(), none())
+                .await
+        ),
+        Some(StreamErrorCode::QuotaExceeded)
+    );
+    engine
+        .set_bucket_quota(
+            SetBucketQuotaRequest {
+                bucket_id: "tenant".into(),
+                max_streams: None,
+                max_retained_bytes: None,
+            },
+            p(),
+        )
+        .await
+        .expect("clear");
+    // Reads renew the sliding TTL once a quarter of it has passed, durably.
+    read(&mut engine, &a, 0, 7_000).await.expect("read renews");
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    let head = engine
+        .head_stream(
+            HeadStreamRequest {
+                stream_id: a.clone(),
+                now_ms: 16_000,
+            },
+            p(),
+        )
+        .await
+        .expect("alive: renewed at 7 s");
+    assert_eq!(head.tail_offset, 5);
+    let touch = engine
+        .touch_stream_access(a.clone(), 17_000, false, p())
+        .await
+        .expect("touch");
+    assert!(touch.expired);
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    assert_eq!(
+        code(
+            engine
+                .head_stream(
+                    HeadStreamRequest {
+                        stream_id: a.clone(),
+                        now_ms: 17_001
+                    },
+                    p()
+                )
+                .await
+        ),
+        Some(StreamErrorCode::StreamNotFound)
+    );
+    let usage = engine.bucket_usage(p()).await.expect("usage");
+    assert_eq!(usage[0].usage.stream_count, 0);
+    assert_eq!(usage[0].usage.committed_append_bytes, 5);
+    // Close is durable and final.
+    engine
+        .create_stream(create(&b, 18_000), p(), none())
+        .await
+        .expect("create b");
+    engine
+        .close_stream(
+            CloseStreamRequest {
+                stream_id: b.clone(),
+                stream_seq: None,
+                producer: None,
+                now_ms: 18_001,
+            },
+            p(),
+        )
+        .await
+        .expect("close");
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    let err = engine
+        .append(append(&b, b"late", 18_002, None), p(), none())
+        .await
+        .expect_err("closed");
+    assert_eq!(
+        (err.code(), err.next_offset()),
+        (Some(StreamErrorCode::StreamClosed), Some(0))
+    );
+    drop((store, engine));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_retention_and_bootstrap_survive_restarts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, mut engine) = open(dir.path());
+    let id = BucketStreamId::new("docs", "doc-1");
+    engine
+        .create_stream(create(&id, 1), p(), none())
+        .await
+        .expect("create");
+    for part in [&b"aaaa"[..], b"bbbb", b"cccc"] {
+        let mut r = AppendRequest::from_bytes(id.clone(), Bytes::copy_from_slice(part));
+        r.content_type = CT.into();
+        engine.append(r, p(), none()).await.expect("append");
+    }
+    let unaligned = PublishSnapshotRequest {
+        stream_id: id.clone(),
+        snapshot_offset: 6,
+        content_type: "text/plain".into(),
+        payload: Bytes::from_static(b"x"),
+        expected_digest: None,
+        now_ms: 2,
+    };
+    assert_eq!(
+        code(engine.publish_snapshot(unaligned, p()).await),
+        Some(StreamErrorCode::InvalidSnapshot)
+    );
+    let publish = PublishSnapshotRequest {
+        snapshot_offset: 8,
+        payload: Bytes::from_static(b"state@8"),
+        ..PublishSnapshotRequest {
+            stream_id: id.clone(),
+            snapshot_offset: 0,
+            content_type: "text/plain".into(),
+            payload: Bytes::new(),
+            expected_digest: None,
+            now_ms: 2,
+        }
+    };
+    let published = engine
+        .publish_snapshot(publish, p())
+        .await
+        .expect("publish");
+    assert_eq!(
+        code(
+            engine
+                .advance_retention(
+                    AdvanceRetentionRequest {
+                        stream_id: id.clone(),
+                        retained_offset: 12,
+                        now_ms: 3
+                    },
+                    p()
+                )
+                .await
+        ),
+        Some(StreamErrorCode::SnapshotConflict)
+    );
+    engine
+        .advance_retention(
+            AdvanceRetentionRequest {
+                stream_id: id.clone(),
+                retained_offset: 8,
+                now_ms: 3,
+            },
+            p(),
+        )
+        .await
+        .expect("retain");
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    let gone = read(&mut engine, &id, 0, 4)
+        .await
+        .expect_err("retained away");
+    assert_eq!(
+        (gone.code(), gone.next_offset()),
+        (Some(StreamErrorCode::StreamGone), Some(8))
+    );
+    assert_eq!(read(&mut engine, &id, 8, 4).await.expect("suffix"), b"cccc");
+    let snapshot = engine
+        .read_snapshot(
+            ReadSnapshotRequest {
+                stream_id: id.clone(),
+                snapshot_offset: None,
+                now_ms: 4,
+            },
+            p(),
+        )
+        .await
+        .expect("snapshot");
+    assert_eq!(
+        (snapshot.payload.as_slice(), snapshot.snapshot_digest),
+        (&b"state@8"[..], published.snapshot_digest)
+    );
+    let boot = engine
+        .bootstrap_stream(
+            BootstrapStreamRequest {
+                stream_id: id.clone(),
+                now_ms: 4,
+            },
+            p(),
+        )
+        .await
+        .expect("bootstrap");
+    assert_eq!(boot.snapshot_offset, Some(8));
+    assert_eq!(
+        boot.updates
+            .iter()
+            .map(|u| u.payload.clone())
+            .collect::<Vec<_>>(),
+        vec![b"cccc".to_vec()]
+    );
+    let usage = engine.bucket_usage(p()).await.expect("usage");
+    assert_eq!(
+        (
+            usage[0].usage.retained_bytes,
+            usage[0].usage.committed_append_bytes
+        ),
+        (4, 12)
+    );
+    drop((store, engine));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_snapshots_move_between_strata_and_the_in_memory_engine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, mut engine) = open(dir.path());
+    let mut oracle = InMemoryGroupEngine::default();
+    let ids = [
+        BucketStreamId::new("snap", "x"),
+        BucketStreamId::with_affinity("snap", "k", "y"),
+    ];
+    for id in &ids {
+        engine
+            .create_stream(create(id, 1), p(), none())
+            .await
+            .expect("create");
+        oracle
+            .create_stream(create(id, 1), p(), none())
+            .await
+            .expect("create");
+        for (i, bytes) in [&b"first "[..], b"second ", b"third"].iter().enumerate() {
+            let r = append(id, bytes, 2, Some((0, i as u64)));
+            engine.append(r.clone(), p(), none()).await.expect("append");
+            oracle.append(r, p(), none()).await.expect("append");
+        }
+    }
+    // Strata -> in-memory: installs, and every head and read agrees.
+    let from_strata = engine.snapshot(p()).await.expect("snapshot");
+    let mut installed = InMemoryGroupEngine::default();
+    installed
+        .install_snapshot(from_strata.clone())
+        .await
+        .expect("ursula installs Strata's snapshot");
+    assert_eq!(
+        installed
+            .snapshot(p())
+            .await
+            .expect("snapshot")
+            .group_commit_index,
+        from_strata.group_commit_index
+    );
+    // In-memory -> a fresh Strata group: installs, survives a restart, answers like the oracle.
+    let from_oracle = oracle.snapshot(p()).await.expect("snapshot");
+    drop(engine);
+    store.close_blocking().expect("close");
+    let other = tempfile::tempdir().expect("tempdir");
+    let (store, mut fresh) = open(other.path());
+    fresh.install_snapshot(from_oracle).await.expect("install");
+    let (store, mut fresh) = reopen(other.path(), store, fresh);
+    for id in &ids {
+        let h = HeadStreamRequest {
+            stream_id: id.clone(),
+            now_ms: 3,
+        };
+        assert_eq!(
+            fresh.head_stream(h.clone(), p()).await.expect("head"),
+            oracle.head_stream(h.clone(), p()).await.expect("head")
+        );
+        assert_eq!(
+            installed.head_stream(h.clone(), p()).await.expect("head"),
+            oracle.head_stream(h, p()).await.expect("head")
+        );
+        assert_eq!(
+            read(&mut fresh, id, 0, 3).await.expect("read"),
+            b"first second third"
+        );
+        let retry = fresh
+            .append(append(id, b"third", 4, Some((0, 2))), p(), none())
+            .await
+            .expect("retry");
+        assert!(
+            retry.deduplicated,
+            "producer receipts travel in the snapshot"
+        );
+    }
+    // import_group_state: only into an empty group.
+    let snapshot = oracle
+        .snapshot(p())
+        .await
+        .expect("snapshot")
+        .stream_snapshot;
+    let conflict = fresh
+        .import_group_state(
+            ImportGroupStateRequest {
+                snapshot: Box::new(snapshot.clone()),
+            },
+            p(),
+        )
+        .await;
+    assert_eq!(code(conflict), Some(StreamErrorCode::ImportConflict));
+    let third = tempfile::tempdir().expect("tempdir");
+    let (_s, mut empty) = open(third.path());
+    let imported = empty
+        .import_group_state(
+            ImportGroupStateRequest {
+                snapshot: Box::new(snapshot),
+            },
+            p(),
+        )
+        .await
+        .expect("import");
+    assert_eq!((imported.buckets, imported.streams), (1, 2));
+    assert_eq!(
+        read(&mut empty, &ids[1], 6, 5).await.expect("read"),
+        b"second third"
+    );
+    drop((store, fresh));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_shapes_are_refused_with_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_store, mut engine) = open(dir.path());
+    let json = CreateStreamRequest::new(BucketStreamId::new("refuse", "j"), "application/json");
+    let err = engine
+        .create_stream(json, p(), none())
+        .await
+        .expect_err("json refused");
+    assert!(err.message().contains("JSON record streams"), "{err:?}");
+    let external = CreateStreamExternalRequest {
+        stream_id: BucketStreamId::new("refuse", "e"),
+        content_type: CT.into(),
+        initial_payload: ExternalPayloadRef {
+            s3_path: "x".into(),
+            payload_len: 1,
+            object_size: 1,
+        },
+        record_ends: Vec::new(),
+        close_after: false,
+        stream_seq: None,
+        producer: None,
+        stream_ttl_seconds: None,
+        stream_expires_at_ms: None,
+        attrs: None,
+        now_ms: 1,
+    };
+    assert!(engine
+        .create_stream_external(external, p())
+        .await
+        .expect_err("external refused")
+        .infra()
+        .is_some());
+    assert_eq!(
+        code(
+            engine
+                .create_stream(create(&BucketStreamId::new("no", "x"), 1), p(), none())
+                .await
+        ),
+        Some(StreamErrorCode::InvalidBucketId)
+    );
+}
+
+/// Child of the crash test: appends forever with a producer and prints every acknowledged
+/// append as `seq start end`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by kill_9_never_loses_an_acknowledged_append"]
+async fn group_crash_child() {
+    let Ok(dir) = std::env::var("STRATA_GROUP_CRASH_DIR") else {
+        return;
+    };
+    let (_store, mut engine) = open(Path::new(&dir));
+    let id = BucketStreamId::new("crash", "s");
+    engine
+        .create_stream(create(&id, 1), p(), none())
+        .await
+        .expect("create");
+    let head = engine
+        .head_stream(
+            HeadStreamRequest {
+                stream_id: id.clone(),
+                now_ms: 1,
+            },
+            p(),
+        )
+        .await
+        .expect("head");
+    let mut seq = head.tail_offset / 8;
+    loop {
+        let payload = format!("{seq:08}");
+        let mut r = AppendRequest::from_bytes(id.clone(), Bytes::from(payload));
+        r.content_type = CT.into();
+        r.producer = Some(ProducerRequest {
+            producer_id: "crash".into(),
+            producer_epoch: 0,
+            producer_seq: seq,
+        });
+        let response = engine.append(r, p(), none()).await.expect("append");
+        println!("{seq} {} {}", response.start_offset, response.next_offset);
+        seq += 1;
+    }
+}
+
+#[test]
+fn kill_9_never_loses_an_acknowledged_append() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [("STRATA_GROUP_CRASH_DIR", dir.path().display().to_string())];
+    let mut acknowledged = 0u64;
+    for cycle in 0..6 {
+        let lines = common::run_and_kill(
+            "group_crash_child",
+            &env,
+            Duration::from_millis(400 + 70 * cycle),
+        );
+        if let Some(last) = lines.last() {
+            let seq: u64 = last
+                .split(' ')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .expect("a seq");
+            acknowledged = acknowledged.max(seq + 1);
+        }
+    }
+    assert!(acknowledged > 10, "the child made progress: {acknowledged}");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let (_store, mut engine) = open(dir.path());
+        let id = BucketStreamId::new("crash", "s");
+        let bytes = read(&mut engine, &id, 0, 2).await.expect("read");
+        assert!(
+            bytes.len() as u64 >= acknowledged * 8,
+            "{} bytes for {acknowledged} acknowledged appends",
+            bytes.len()
+        );
+        for (i, chunk) in bytes.chunks(8).enumerate() {
+            assert_eq!(
+                chunk,
+                format!("{i:08}").as_bytes(),
+                "append {i} is intact and in order"
+            );
+        }
+    });
+}
