@@ -35,7 +35,6 @@
 
 #![deny(missing_docs)]
 
-#[cfg(feature = "ursula")]
 pub mod cold;
 pub mod coordination;
 pub mod error;

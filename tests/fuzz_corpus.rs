@@ -106,3 +106,11 @@ fn coordination_decode_corpus() {
         strata::fuzzing::coordination_round_trip,
     );
 }
+
+#[test]
+fn cold_object_decode_corpus() {
+    run(
+        "cold_object_decode",
+        strata::fuzzing::cold_object_round_trip,
+    );
+}

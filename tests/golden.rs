@@ -296,3 +296,121 @@ mod coordination {
         assert_eq!(b.len(), 12);
     }
 }
+
+#[cfg(feature = "ursula")]
+mod group_state {
+    use super::{u32_at, vector};
+    use strata::cold::{decode_cold_object, encode_cold_object};
+    use strata::group::keys::{decode_stream_key, message_key, stream_key};
+    use strata::group::rows::{decode_row, encode_row, MessageRow, StreamRow};
+    use ursula_shard::BucketStreamId;
+    use ursula_stream::{ColdChunkRef, StreamMetadata, StreamStatus};
+
+    fn u64_le(b: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn keys_match_their_golden_bytes_and_the_spec() {
+        let id = BucketStreamId::with_affinity("bucket-a", "aff", "s1");
+        let b = vector("group_stream_key_v1.bin", &stream_key(&id));
+        assert_eq!(b[0], 8);
+        assert_eq!(&b[1..9], b"bucket-a");
+        assert_eq!((b[9], b[10]), (1, 3));
+        assert_eq!(&b[11..14], b"aff");
+        assert_eq!(b[14], 2);
+        assert_eq!(&b[15..], b"s1");
+        assert_eq!(decode_stream_key(&b), Some((id, &[][..])));
+
+        let plain = BucketStreamId::new("bucket-a", "s1");
+        let b = vector("group_message_key_v1.bin", &message_key(&plain, 4096));
+        assert_eq!(&b[..9], b"\x08bucket-a");
+        assert_eq!(b[9], 0, "no affinity");
+        assert_eq!(&b[10..13], b"\x02s1");
+        assert_eq!(u64::from_be_bytes(b[13..21].try_into().unwrap()), 4096);
+    }
+
+    #[test]
+    fn rows_match_their_golden_bytes_and_the_spec() {
+        let row = MessageRow {
+            end_offset: 4196,
+            log_offset: 7,
+        };
+        let b = vector("group_message_row_v1.bin", &row.encode());
+        assert_eq!(u64::from_be_bytes(b[..8].try_into().unwrap()), 4196);
+        assert_eq!(u64::from_be_bytes(b[8..].try_into().unwrap()), 7);
+        assert_eq!(MessageRow::decode(&b).unwrap(), row);
+
+        let id = BucketStreamId::new("bucket-a", "s1");
+        let stream = StreamRow {
+            metadata: StreamMetadata {
+                stream_id: id,
+                content_type: "application/octet-stream".into(),
+                status: StreamStatus::Open,
+                tail_offset: 4196,
+                last_stream_seq: Some("0001".into()),
+                stream_ttl_seconds: Some(60),
+                stream_expires_at_ms: None,
+                created_at_ms: 1_000,
+                last_ttl_touch_at_ms: 2_000,
+            },
+            attrs: None,
+            hot_start_offset: 4096,
+            retained_offset: 0,
+            live_setsum: "00".repeat(32),
+            total_setsum: "00".repeat(32),
+            total_records: 2,
+            visible_snapshot: None,
+            append_count: 2,
+            cold_chunks: vec![ColdChunkRef {
+                start_offset: 0,
+                end_offset: 4096,
+                s3_path: "bucket-a/s1/chunks/x.sco".into(),
+                object_size: 4096,
+                object_offset: 0,
+                shared_object: false,
+                payload_digest: String::new(),
+            }],
+            partition: 3,
+        };
+        let b = vector(
+            "group_stream_row_v1.json.bin",
+            &encode_row(&stream).unwrap(),
+        );
+        assert_eq!(b[0], 1, "row version");
+        let json: serde_json::Value = serde_json::from_slice(&b[1..]).unwrap();
+        assert_eq!(json["metadata"]["status"], "Open");
+        assert_eq!(json["hot_start_offset"], 4096);
+        assert_eq!(
+            json["cold_chunks"][0]["s3_path"],
+            "bucket-a/s1/chunks/x.sco"
+        );
+        assert_eq!(json["partition"], 3);
+        assert_eq!(decode_row::<StreamRow>("stream", &b).unwrap(), stream);
+        let mut future = b.clone();
+        future[0] = 2;
+        assert!(
+            decode_row::<StreamRow>("stream", &future).is_err(),
+            "unknown row versions are refused"
+        );
+    }
+
+    #[test]
+    fn cold_object_matches_its_golden_bytes_and_the_spec() {
+        let payload = b"strata cold object golden vector, repeated! ".repeat(4);
+        let b = vector(
+            "cold_object_v1.bin",
+            &encode_cold_object(&payload, 3).unwrap(),
+        );
+        assert_eq!(&b[..8], b"STRATCO\x01");
+        assert_eq!(u16::from_le_bytes([b[8], b[9]]), 1, "version");
+        assert_eq!(u16::from_le_bytes([b[10], b[11]]), 1, "zstd codec");
+        assert_eq!(u64_le(&b, 12), payload.len() as u64);
+        assert_eq!(u64_le(&b, 20), (b.len() - 32) as u64);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&b[..28]);
+        crc.update(&b[32..]);
+        assert_eq!(u32_at(&b, 28), crc.finalize());
+        assert_eq!(decode_cold_object("golden", &b).unwrap(), payload);
+    }
+}

@@ -2,27 +2,21 @@
 //! `LocalFileSystem` under the store directory; any S3-compatible endpoint is reached by URL.
 
 mod object;
-
-use std::ops::Range;
-use std::path::Path;
-use std::sync::Arc;
-
-use bytes::Bytes;
-use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
-use object_store::local::LocalFileSystem;
-use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+#[cfg(feature = "ursula")]
+mod store;
 
 pub use object::{
     decode_cold_object, encode_cold_object, COLD_OBJECT_HEADER_LEN, COLD_OBJECT_MAGIC,
     COLD_OBJECT_SUFFIX, COLD_OBJECT_VERSION,
 };
+#[cfg(feature = "ursula")]
+pub use store::{ColdStore, S3Config};
 
 /// Errors of the cold tier.
 #[derive(Debug, thiserror::Error)]
 pub enum ColdError {
     /// The object store failed (network, permissions, missing object, ...).
+    #[cfg(feature = "ursula")]
     #[error("object store: {0}")]
     Store(#[from] object_store::Error),
     /// A cold object failed validation.
@@ -49,205 +43,4 @@ pub enum ColdError {
         /// The error.
         source: std::io::Error,
     },
-}
-
-/// A handle on the object store that holds cold objects (cheap to clone).
-#[derive(Clone)]
-pub struct ColdStore {
-    store: Arc<dyn ObjectStore>,
-    description: String,
-}
-
-impl std::fmt::Debug for ColdStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ColdStore")
-            .field("at", &self.description)
-            .finish()
-    }
-}
-
-/// Settings for an S3-compatible cold store.
-#[derive(Debug, Clone, Default)]
-pub struct S3Config {
-    /// Bucket name.
-    pub bucket: String,
-    /// Endpoint URL, e.g. `http://127.0.0.1:9000` (None = AWS).
-    pub endpoint: Option<String>,
-    /// Region (`us-east-1` when None).
-    pub region: Option<String>,
-    /// Access key id.
-    pub access_key_id: Option<String>,
-    /// Secret access key.
-    pub secret_access_key: Option<String>,
-    /// Allow plain-HTTP endpoints.
-    pub allow_http: bool,
-}
-
-impl ColdStore {
-    /// Wraps any object store.
-    pub fn new(store: Arc<dyn ObjectStore>, description: impl Into<String>) -> Self {
-        Self {
-            store,
-            description: description.into(),
-        }
-    }
-
-    /// A local-filesystem cold store rooted at `dir` (created when absent).
-    pub fn local(dir: &Path) -> Result<Self, ColdError> {
-        std::fs::create_dir_all(dir).map_err(|source| ColdError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
-        let store = LocalFileSystem::new_with_prefix(dir)?;
-        Ok(Self::new(
-            Arc::new(store),
-            format!("file://{}", dir.display()),
-        ))
-    }
-
-    /// An S3-compatible cold store (path-style requests, so any endpoint works).
-    pub fn s3(config: &S3Config) -> Result<Self, ColdError> {
-        let mut builder = AmazonS3Builder::new()
-            .with_bucket_name(&config.bucket)
-            .with_region(config.region.as_deref().unwrap_or("us-east-1"))
-            .with_allow_http(config.allow_http)
-            .with_virtual_hosted_style_request(false);
-        if let Some(endpoint) = &config.endpoint {
-            builder = builder.with_endpoint(endpoint);
-        }
-        if let Some(key) = &config.access_key_id {
-            builder = builder.with_access_key_id(key);
-        }
-        if let Some(secret) = &config.secret_access_key {
-            builder = builder.with_secret_access_key(secret);
-        }
-        let store = builder.build()?;
-        Ok(Self::new(
-            Arc::new(store),
-            format!("s3://{}", config.bucket),
-        ))
-    }
-
-    /// Opens a cold store by URL: `file:///abs/dir`, or `s3://bucket?endpoint=http://host:port`
-    /// (credentials and region from `access_key_id`, `secret_access_key`, `region` query
-    /// parameters or the usual AWS environment variables; `allow_http=true` for plain HTTP).
-    pub fn from_url(url: &str) -> Result<Self, ColdError> {
-        let parsed = url::Url::parse(url).map_err(|e| ColdError::Config(format!("{url}: {e}")))?;
-        match parsed.scheme() {
-            "file" => {
-                let path = parsed
-                    .to_file_path()
-                    .map_err(|_| ColdError::Config(format!("{url}: not a local path")))?;
-                Self::local(&path)
-            }
-            "s3" => {
-                let bucket = parsed
-                    .host_str()
-                    .ok_or_else(|| ColdError::Config(format!("{url}: no bucket")))?;
-                let query = |name: &str| {
-                    parsed
-                        .query_pairs()
-                        .find(|(k, _)| k == name)
-                        .map(|(_, v)| v.into_owned())
-                };
-                let env = |name: &str| std::env::var(name).ok();
-                let endpoint = query("endpoint").or_else(|| env("AWS_ENDPOINT_URL"));
-                let config = S3Config {
-                    bucket: bucket.to_string(),
-                    allow_http: query("allow_http").as_deref() == Some("true")
-                        || endpoint
-                            .as_deref()
-                            .is_some_and(|e| e.starts_with("http://")),
-                    endpoint,
-                    region: query("region").or_else(|| env("AWS_REGION")),
-                    access_key_id: query("access_key_id").or_else(|| env("AWS_ACCESS_KEY_ID")),
-                    secret_access_key: query("secret_access_key")
-                        .or_else(|| env("AWS_SECRET_ACCESS_KEY")),
-                };
-                Self::s3(&config)
-            }
-            other => Err(ColdError::Config(format!("unsupported scheme {other}"))),
-        }
-    }
-
-    /// Where the objects live, for messages.
-    pub fn description(&self) -> &str {
-        &self.description
-    }
-
-    /// Writes an object.
-    pub async fn put(&self, path: &str, bytes: Bytes) -> Result<(), ColdError> {
-        self.store
-            .put(&ObjectPath::from(path), PutPayload::from_bytes(bytes))
-            .await?;
-        Ok(())
-    }
-
-    /// Reads a whole object.
-    pub async fn get(&self, path: &str) -> Result<Bytes, ColdError> {
-        Ok(self
-            .store
-            .get(&ObjectPath::from(path))
-            .await?
-            .bytes()
-            .await?)
-    }
-
-    /// Reads a byte range of an object.
-    pub async fn get_range(&self, path: &str, range: Range<u64>) -> Result<Bytes, ColdError> {
-        Ok(self.store.get_range(&ObjectPath::from(path), range).await?)
-    }
-
-    /// Deletes an object; deleting an absent object succeeds (GC is idempotent).
-    pub async fn delete(&self, path: &str) -> Result<(), ColdError> {
-        match self.store.delete(&ObjectPath::from(path)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Paths of every object under `prefix`.
-    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, ColdError> {
-        let prefix = ObjectPath::from(prefix);
-        let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
-        Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
-    }
-
-    /// Deletes every object under `prefix`; returns how many.
-    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, ColdError> {
-        let paths = self.list(prefix).await?;
-        for path in &paths {
-            self.delete(path).await?;
-        }
-        Ok(paths.len())
-    }
-
-    /// Reads `len` stream bytes starting `skip` bytes into the chunk stored at `path`
-    /// (`object_offset` into the object for raw objects); Strata objects are decoded whole.
-    pub async fn read_chunk(
-        &self,
-        path: &str,
-        object_offset: u64,
-        skip: u64,
-        len: u64,
-    ) -> Result<Bytes, ColdError> {
-        if path.ends_with(COLD_OBJECT_SUFFIX) {
-            let raw = decode_cold_object(path, &self.get(path).await?)?;
-            let start = skip as usize;
-            let end = start.saturating_add(len as usize);
-            return raw
-                .get(start..end)
-                .map(|_| raw.slice(start..end))
-                .ok_or_else(|| ColdError::Corrupt {
-                    path: path.to_string(),
-                    offset: 0,
-                    reason: format!(
-                        "object holds {} bytes, read wants {start}..{end}",
-                        raw.len()
-                    ),
-                });
-        }
-        let start = object_offset + skip;
-        self.get_range(path, start..start + len).await
-    }
 }

@@ -7,7 +7,7 @@ use ursula_shard::BucketStreamId;
 
 /// Encodes a stream id: `u8 len, bucket, u8 has_affinity, [u8 len, affinity], u8 len, stream`.
 /// Callers validate ids first (bucket <= 64 bytes, stream and affinity <= 122 bytes).
-pub(crate) fn stream_key(id: &BucketStreamId) -> Vec<u8> {
+pub fn stream_key(id: &BucketStreamId) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + id.bucket_id.len() + id.stream_id.len());
     push_short(&mut out, id.bucket_id.as_bytes());
     match &id.affinity_key {
@@ -22,7 +22,7 @@ pub(crate) fn stream_key(id: &BucketStreamId) -> Vec<u8> {
 }
 
 /// Decodes a stream key written by [`stream_key`], returning the id and the bytes after it.
-pub(crate) fn decode_stream_key(bytes: &[u8]) -> Option<(BucketStreamId, &[u8])> {
+pub fn decode_stream_key(bytes: &[u8]) -> Option<(BucketStreamId, &[u8])> {
     let (bucket, rest) = take_short(bytes)?;
     let (&flag, rest) = rest.split_first()?;
     let (affinity, rest) = match flag {
@@ -46,35 +46,35 @@ pub(crate) fn decode_stream_key(bytes: &[u8]) -> Option<(BucketStreamId, &[u8])>
 }
 
 /// `stream_key ++ offset (u64 big-endian)`: big-endian keeps byte order equal to offset order.
-pub(crate) fn message_key(id: &BucketStreamId, start_offset: u64) -> Vec<u8> {
+pub fn message_key(id: &BucketStreamId, start_offset: u64) -> Vec<u8> {
     let mut key = stream_key(id);
     key.extend_from_slice(&start_offset.to_be_bytes());
     key
 }
 
 /// `stream_key ++ u16 len (big-endian) ++ producer id`.
-pub(crate) fn producer_key(id: &BucketStreamId, producer_id: &str) -> Vec<u8> {
+pub fn producer_key(id: &BucketStreamId, producer_id: &str) -> Vec<u8> {
     let mut key = stream_key(id);
     push_long(&mut key, producer_id.as_bytes());
     key
 }
 
 /// `producer_key ++ producer seq (u64 big-endian)`.
-pub(crate) fn receipt_key(id: &BucketStreamId, producer_id: &str, seq: u64) -> Vec<u8> {
+pub fn receipt_key(id: &BucketStreamId, producer_id: &str, seq: u64) -> Vec<u8> {
     let mut key = producer_key(id, producer_id);
     key.extend_from_slice(&seq.to_be_bytes());
     key
 }
 
 /// Decodes the producer id that follows a stream key in a producer key.
-pub(crate) fn decode_producer_suffix(rest: &[u8]) -> Option<String> {
+pub fn decode_producer_suffix(rest: &[u8]) -> Option<String> {
     let (len, rest) = rest.split_first_chunk::<2>()?;
     let len = u16::from_be_bytes(*len) as usize;
     (rest.len() == len).then(|| String::from_utf8(rest.to_vec()).ok())?
 }
 
 /// The smallest key strictly greater than every key that starts with `prefix`.
-pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < u8::MAX {

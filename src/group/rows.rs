@@ -12,11 +12,11 @@ use ursula_stream::{
 use super::GroupError;
 
 /// Row version byte written before every JSON row.
-pub(crate) const ROW_VERSION: u8 = 1;
+pub const ROW_VERSION: u8 = 1;
 
 /// One stream: its metadata, where its bytes live, and its checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct StreamRow {
+pub struct StreamRow {
     /// Identity, content type, status, tail, stream seq, TTL and timestamps.
     pub metadata: StreamMetadata,
     /// User attributes (`None` when empty).
@@ -43,7 +43,7 @@ pub(crate) struct StreamRow {
 
 /// The newest accepted sequence of one producer on one stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ProducerRow {
+pub struct ProducerRow {
     /// Producer epoch.
     pub epoch: u64,
     /// Last accepted sequence in that epoch.
@@ -60,7 +60,7 @@ pub(crate) struct ProducerRow {
 
 /// The response to one accepted producer sequence, kept for the epoch so retries are answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ReceiptRow {
+pub struct ReceiptRow {
     /// Start offset of the append.
     pub start_offset: u64,
     /// Next offset after it.
@@ -74,7 +74,7 @@ pub(crate) struct ReceiptRow {
 /// Where one append's bytes live: `[start (in the key), end)` at `log_offset` of the stream's
 /// partition. Encoded as `end u64 BE, log_offset u64 BE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MessageRow {
+pub struct MessageRow {
     /// One past the last byte of the append.
     pub end_offset: u64,
     /// Offset of the record that holds the bytes, in the stream's partition.
@@ -104,21 +104,21 @@ impl MessageRow {
 }
 
 /// Per-bucket usage row (the ursula `BucketUsage` counters).
-pub(crate) type UsageRow = BucketUsage;
+pub type UsageRow = BucketUsage;
 /// Per-bucket quota row.
-pub(crate) type QuotaRow = BucketQuota;
+pub type QuotaRow = BucketQuota;
 /// One cold-GC queue entry.
-pub(crate) type GcRow = ColdGcEntry;
+pub type GcRow = ColdGcEntry;
 
 /// Encodes a JSON row behind the row version byte.
-pub(crate) fn encode_row<T: Serialize>(row: &T) -> Result<Vec<u8>, GroupError> {
+pub fn encode_row<T: Serialize>(row: &T) -> Result<Vec<u8>, GroupError> {
     let mut out = vec![ROW_VERSION];
     serde_json::to_writer(&mut out, row).map_err(|e| GroupError::Corrupt(e.to_string()))?;
     Ok(out)
 }
 
 /// Decodes a JSON row, checking the row version byte.
-pub(crate) fn decode_row<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, GroupError> {
+pub fn decode_row<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, GroupError> {
     match bytes.split_first() {
         Some((&ROW_VERSION, json)) => serde_json::from_slice(json)
             .map_err(|e| GroupError::Corrupt(format!("{what} row: {e}"))),
