@@ -362,9 +362,20 @@ async fn bench(dir: Option<PathBuf>, records: usize) -> Result<(), String> {
         },
     ];
     println!("Strata vs RocksDB, same work, same run (speedup = RocksDB time / Strata time)");
-    let results = compare(&root, &workloads).await;
+    let results = compare(&root.join("log"), &workloads).await;
+    let group = strata::tools::group_bench::GroupWorkload {
+        appends: (records / 4).max(64),
+        payload_size: 1024,
+        batch: 32,
+        read_page: 64 * 1024,
+    };
+    let group_results = match results {
+        Ok(_) => strata::tools::group_bench::compare_group(&root.join("group"), &group).await,
+        Err(_) => Ok((Vec::new(), Default::default())),
+    };
     let _ = std::fs::remove_dir_all(&root);
-    for c in results? {
+    let (group_comparisons, flush) = group_results?;
+    for c in results?.into_iter().chain(group_comparisons) {
         println!(
             "{:<44} {:>8} ops  strata {:>10.0} ops/s  rocksdb {:>10.0} ops/s  speedup {:>5.2}x",
             c.name,
@@ -374,6 +385,14 @@ async fn bench(dir: Option<PathBuf>, records: usize) -> Result<(), String> {
             c.speedup()
         );
     }
+    println!(
+        "{:<44} {:>8} objs {:>8.1} MB/s  ({} bytes in {:?}; no RocksDB counterpart)",
+        "flush to the local cold store",
+        flush.objects,
+        flush.megabytes_per_sec(),
+        flush.bytes,
+        flush.duration
+    );
     Ok(())
 }
 

@@ -1,0 +1,326 @@
+//! Group-engine workloads beside RocksDB doing the same durable work, for `strata bench` and the
+//! criterion bench `group`: appends (one per call and batched), reads of hot and of cold bytes,
+//! and flush throughput to the local cold store.
+//!
+//! The RocksDB baseline keeps a stream the obvious way: its tail under `t/<stream>` and each
+//! append's bytes under `p/<stream>/<offset BE>`; an append reads the tail and writes both keys in
+//! one synced `WriteBatch`. Strata does strictly more per append (fsynced payload record, then a
+//! synced state batch with producer, usage, integrity and commit index), so the ratio prices that.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ursula_runtime::{
+    AppendBatchRequest, AppendRequest, ColdWriteAdmission, CreateStreamRequest, GroupEngine,
+    ReadStreamRequest,
+};
+use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
+
+use super::bench::Comparison;
+use crate::cold::ColdStore;
+use crate::group::{DiskGroupEngine, GroupOptions};
+use crate::store::Store;
+
+/// A group workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupWorkload {
+    /// Appends in all.
+    pub appends: usize,
+    /// Bytes per append.
+    pub payload_size: usize,
+    /// Payloads per `append_batch` call in the batched run.
+    pub batch: usize,
+    /// Bytes per read call.
+    pub read_page: usize,
+}
+
+/// What flushing the whole stream to the cold tier took.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FlushReport {
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Objects written.
+    pub objects: usize,
+    /// Wall time of every flush (plan, encode, upload, commit, reclaim).
+    pub duration: Duration,
+}
+
+impl FlushReport {
+    /// MB/s moved.
+    pub fn megabytes_per_sec(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.duration.as_secs_f64().max(1e-9)
+    }
+}
+
+const CT: &str = "application/octet-stream";
+const COLD_OBJECT_BYTES: usize = 1 << 20;
+
+fn placement() -> ShardPlacement {
+    ShardPlacement {
+        core_id: CoreId(0),
+        shard_id: ShardId(0),
+        raft_group_id: RaftGroupId(0),
+    }
+}
+
+fn stream() -> BucketStreamId {
+    BucketStreamId::new("bench", "stream")
+}
+
+fn payload(w: &GroupWorkload, i: usize) -> Bytes {
+    Bytes::from(vec![b'a' + (i % 26) as u8; w.payload_size])
+}
+
+/// Opens a group engine in `dir` with its cold store in `dir/cold`, with the stream created.
+pub async fn open_engine(dir: &Path) -> Result<(Store, DiskGroupEngine), String> {
+    let store = Store::open(dir).map_err(|e| e.to_string())?;
+    let cold = ColdStore::local(&dir.join("cold")).map_err(|e| e.to_string())?;
+    let mut engine = DiskGroupEngine::open(&store, "bench", cold, GroupOptions::default())
+        .map_err(|e| e.to_string())?;
+    let mut create = CreateStreamRequest::new(stream(), CT);
+    create.now_ms = 1;
+    engine
+        .create_stream(create, placement(), ColdWriteAdmission::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((store, engine))
+}
+
+/// `appends` single appends (each durable before the next).
+pub async fn strata_appends(
+    engine: &mut DiskGroupEngine,
+    w: &GroupWorkload,
+) -> Result<Duration, String> {
+    let start = Instant::now();
+    for i in 0..w.appends {
+        let mut r = AppendRequest::from_bytes(stream(), payload(w, i));
+        r.content_type = CT.into();
+        r.now_ms = 2;
+        engine
+            .append(r, placement(), ColdWriteAdmission::default())
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(start.elapsed())
+}
+
+/// The same payloads in `append_batch` calls of `batch`.
+pub async fn strata_batches(
+    engine: &mut DiskGroupEngine,
+    w: &GroupWorkload,
+) -> Result<Duration, String> {
+    let start = Instant::now();
+    for chunk in (0..w.appends).collect::<Vec<_>>().chunks(w.batch.max(1)) {
+        let payloads = chunk.iter().map(|&i| payload(w, i)).collect();
+        let mut r = AppendBatchRequest::new(stream(), payloads);
+        r.content_type = CT.into();
+        r.now_ms = 2;
+        let response = engine
+            .append_batch(r, placement(), ColdWriteAdmission::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(Err(e)) = response.items.into_iter().find(|i| i.is_err()) {
+            return Err(e.to_string());
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// Reads the whole stream from `from` in pages; returns bytes read and the time.
+pub async fn strata_read(
+    engine: &mut DiskGroupEngine,
+    w: &GroupWorkload,
+    from: u64,
+) -> Result<(u64, Duration), String> {
+    let start = Instant::now();
+    let mut offset = from;
+    let mut total = 0;
+    loop {
+        let r = ReadStreamRequest {
+            stream_id: stream(),
+            offset,
+            max_len: w.read_page,
+            now_ms: 3,
+            record: None,
+            max_records: None,
+        };
+        let page = engine
+            .read_stream(r, placement())
+            .await
+            .map_err(|e| e.to_string())?;
+        total += page.payload.len() as u64;
+        offset = page.next_offset;
+        if page.up_to_date {
+            break;
+        }
+    }
+    Ok((total, start.elapsed()))
+}
+
+/// Flushes every hot byte to the cold store in 1 MiB objects.
+pub async fn strata_flush_all(engine: &mut DiskGroupEngine) -> Result<FlushReport, String> {
+    let before = engine.backlog_bytes(&stream());
+    let start = Instant::now();
+    let mut objects = 0;
+    while engine
+        .flush_stream_cold(&stream(), COLD_OBJECT_BYTES, placement())
+        .await
+        .map_err(|e| e.to_string())?
+        .is_some()
+    {
+        objects += 1;
+    }
+    Ok(FlushReport {
+        bytes: before - engine.backlog_bytes(&stream()),
+        objects,
+        duration: start.elapsed(),
+    })
+}
+
+/// The RocksDB baseline (see the module doc).
+pub struct RocksStreams {
+    db: rocksdb::DB,
+    sync: rocksdb::WriteOptions,
+}
+
+impl RocksStreams {
+    /// Opens the baseline database in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, String> {
+        let mut options = rocksdb::Options::default();
+        options.create_if_missing(true);
+        let mut sync = rocksdb::WriteOptions::default();
+        sync.set_sync(true);
+        Ok(Self {
+            db: rocksdb::DB::open(&options, dir).map_err(|e| e.to_string())?,
+            sync,
+        })
+    }
+
+    fn tail(&self) -> Result<u64, String> {
+        Ok(
+            match self.db.get(b"t/bench/stream").map_err(|e| e.to_string())? {
+                Some(v) => u64::from_be_bytes(v.as_slice().try_into().map_err(|_| "bad tail")?),
+                None => 0,
+            },
+        )
+    }
+
+    fn append_many(&self, payloads: &[Bytes]) -> Result<(), String> {
+        let mut tail = self.tail()?;
+        let mut batch = rocksdb::WriteBatch::default();
+        for p in payloads {
+            let mut key = b"p/bench/stream/".to_vec();
+            key.extend_from_slice(&tail.to_be_bytes());
+            batch.put(key, p);
+            tail += p.len() as u64;
+        }
+        batch.put(b"t/bench/stream", tail.to_be_bytes());
+        self.db
+            .write_opt(batch, &self.sync)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Single appends.
+    pub fn appends(&self, w: &GroupWorkload) -> Result<Duration, String> {
+        let start = Instant::now();
+        for i in 0..w.appends {
+            self.append_many(&[payload(w, i)])?;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Batched appends.
+    pub fn batches(&self, w: &GroupWorkload) -> Result<Duration, String> {
+        let start = Instant::now();
+        for chunk in (0..w.appends).collect::<Vec<_>>().chunks(w.batch.max(1)) {
+            let payloads: Vec<Bytes> = chunk.iter().map(|&i| payload(w, i)).collect();
+            self.append_many(&payloads)?;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Reads every payload of the stream in order, copying pages of `read_page` bytes.
+    pub fn read(&self, w: &GroupWorkload) -> Result<(u64, Duration), String> {
+        let start = Instant::now();
+        let mut total = 0u64;
+        let mut page = Vec::with_capacity(w.read_page);
+        let iter = self.db.iterator(rocksdb::IteratorMode::From(
+            b"p/bench/stream/",
+            rocksdb::Direction::Forward,
+        ));
+        for item in iter {
+            let (key, value) = item.map_err(|e| e.to_string())?;
+            if !key.starts_with(b"p/bench/stream/") {
+                break;
+            }
+            page.extend_from_slice(&value);
+            if page.len() >= w.read_page {
+                total += page.len() as u64;
+                page.clear();
+            }
+        }
+        total += page.len() as u64;
+        Ok((total, start.elapsed()))
+    }
+}
+
+/// Runs `w` on both engines in fresh directories under `root`: appends, batched appends, hot
+/// reads, the flush, and cold reads. Returns the comparisons and the flush report.
+pub async fn compare_group(
+    root: &Path,
+    w: &GroupWorkload,
+) -> Result<(Vec<Comparison>, FlushReport), String> {
+    let mut out = Vec::new();
+    let rocks = RocksStreams::open(&root.join("rocksdb-single"))?;
+    let (_store, mut engine) = open_engine(&root.join("strata-single")).await?;
+    let strata = strata_appends(&mut engine, w).await?;
+    let rocksdb = rocks.appends(w)?;
+    out.push(Comparison {
+        name: format!("group append {} B, one per call", w.payload_size),
+        operations: w.appends,
+        strata,
+        rocksdb,
+    });
+    drop(engine);
+
+    let rocks = RocksStreams::open(&root.join("rocksdb-batch"))?;
+    let (_store2, mut engine) = open_engine(&root.join("strata-batch")).await?;
+    let strata = strata_batches(&mut engine, w).await?;
+    let rocksdb = rocks.batches(w)?;
+    out.push(Comparison {
+        name: format!("group append_batch {} x {} B", w.batch, w.payload_size),
+        operations: w.appends,
+        strata,
+        rocksdb,
+    });
+
+    let (hot_bytes, strata) = strata_read(&mut engine, w, 0).await?;
+    let (rocks_bytes, rocksdb) = rocks.read(w)?;
+    if hot_bytes != rocks_bytes {
+        return Err(format!(
+            "read {hot_bytes} bytes from Strata, {rocks_bytes} from RocksDB"
+        ));
+    }
+    let pages = (hot_bytes as usize).div_ceil(w.read_page.max(1));
+    out.push(Comparison {
+        name: format!("read hot, {} KiB pages", w.read_page / 1024),
+        operations: pages,
+        strata,
+        rocksdb,
+    });
+
+    let flush = strata_flush_all(&mut engine).await?;
+    let (cold_bytes, strata) = strata_read(&mut engine, w, 0).await?;
+    if cold_bytes != hot_bytes {
+        return Err(format!("read {cold_bytes} cold bytes, {hot_bytes} hot"));
+    }
+    let (_, rocksdb) = rocks.read(w)?;
+    out.push(Comparison {
+        name: format!("read cold (local store), {} KiB pages", w.read_page / 1024),
+        operations: pages,
+        strata,
+        rocksdb,
+    });
+    Ok((out, flush))
+}
