@@ -172,8 +172,14 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize) {
                 (key(&a), key(&b))
             }
             6 => {
-                let mut r =
-                    AppendBatchRequest::new(id.clone(), vec![payload.clone(), payload.slice(..1)]);
+                let mut r = AppendBatchRequest::new(
+                    id.clone(),
+                    if rng.below(3) == 0 {
+                        vec![payload.clone(), Bytes::new(), payload.slice(..1)]
+                    } else {
+                        vec![payload.clone(), payload.slice(..1)]
+                    },
+                );
                 r.content_type = CT.into();
                 r.now_ms = now;
                 r.producer = producer.clone();
@@ -447,7 +453,7 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matches_in_memory_engine_across_reopens() {
-    for seed in [1, 7, 42, 1234, 99_991] {
-        differential(seed, 400, 97).await;
+    for seed in [1, 7, 42, 1234, 99_991, 5, 77, 31_337, 2_024, 65_537] {
+        differential(seed, 500, 97).await;
     }
 }

@@ -567,31 +567,25 @@ impl DiskGroupEngine {
                         return self.rollback(e);
                     }
                 }
-                let mut items = Vec::with_capacity(request.payloads.len());
-                for payload in request.payloads {
-                    if payload.is_empty() {
-                        items.push(Err(stream_error(
-                            StreamErrorCode::EmptyAppend,
-                            "append payload must be non-empty",
-                        )));
-                        continue;
-                    }
-                    let input = AppendInput {
-                        stream_id: id.clone(),
-                        content_type: content_type.clone(),
-                        payload,
-                        close_after: false,
-                        stream_seq: None,
-                        producer: None,
-                        now_ms: request.now_ms,
-                        record_match: None,
-                    };
-                    let item = self
-                        .append_core(&mut tx, input, ColdWriteAdmission::default())
-                        .await
-                        .and_then(|o| self.append_response(&id, o, placement));
-                    items.push(item);
-                }
+                let inputs: Vec<Option<AppendInput>> = request
+                    .payloads
+                    .into_iter()
+                    .map(|payload| {
+                        (!payload.is_empty()).then(|| AppendInput {
+                            stream_id: id.clone(),
+                            content_type: content_type.clone(),
+                            payload,
+                            close_after: false,
+                            stream_seq: None,
+                            producer: None,
+                            now_ms: request.now_ms,
+                            record_match: None,
+                        })
+                    })
+                    .collect();
+                let items = self
+                    .independent_items(&mut tx, &id, inputs, placement)
+                    .await?;
                 Ok(GroupAppendBatchResponse { placement, items })
             }
         };
@@ -603,6 +597,72 @@ impl DiskGroupEngine {
             );
         }
         self.finish(tx, result)
+    }
+
+    /// Applies producer-less batch items one after the other (each sees the ones before it;
+    /// an item's error does not stop the rest), with one payload-log round for all of them: a
+    /// dry run on a scratch copy of memory finds the items that write, their payloads are
+    /// appended together, then the items are applied for real with those records.
+    async fn independent_items(
+        &mut self,
+        tx: &mut Tx,
+        id: &BucketStreamId,
+        inputs: Vec<Option<AppendInput>>,
+        placement: ShardPlacement,
+    ) -> Result<Vec<Result<AppendResponse, GroupEngineError>>, GroupEngineError> {
+        let saved = self.state.clone();
+        let mut scratch = Tx::default();
+        let mut writes = Vec::with_capacity(inputs.len());
+        for input in &inputs {
+            let w = match input {
+                Some(input) => match self.plan_append(&mut scratch, input.clone()) {
+                    Ok(Ok(plan)) => self.apply_append(&mut scratch, plan, Some(0)).is_ok(),
+                    _ => false,
+                },
+                None => false,
+            };
+            writes.push(w);
+        }
+        self.state = saved;
+        let payloads: Vec<Bytes> = inputs
+            .iter()
+            .zip(&writes)
+            .filter_map(|(input, w)| input.as_ref().filter(|_| *w).map(|i| i.payload.clone()))
+            .collect();
+        let partition = self.state.streams.get(id).map_or(0, |r| r.partition);
+        let now_ms = inputs.iter().flatten().next().map_or(0, |i| i.now_ms);
+        let mut offsets = if payloads.is_empty() {
+            Vec::new()
+        } else {
+            self.payloads
+                .append(id, partition, &payloads, now_ms)
+                .await?
+        }
+        .into_iter();
+        let mut items = Vec::with_capacity(inputs.len());
+        for (input, w) in inputs.into_iter().zip(writes) {
+            let Some(input) = input else {
+                items.push(Err(stream_error(
+                    StreamErrorCode::EmptyAppend,
+                    "append payload must be non-empty",
+                )));
+                continue;
+            };
+            let item = match self.plan_append(tx, input) {
+                Err(e) => Err(e),
+                Ok(Err(answer)) => self.append_response(id, answer, placement),
+                Ok(Ok(plan)) => match (w, offsets.next()) {
+                    (true, Some(log_offset)) => self
+                        .apply_append(tx, plan, Some(log_offset))
+                        .and_then(|o| self.append_response(id, o, placement)),
+                    _ => Err(GroupEngineError::new(
+                        "append batch dry run disagreed with the real run",
+                    )),
+                },
+            };
+            items.push(item);
+        }
+        Ok(items)
     }
 
     /// True when a producer-less batch would append at least one item (the stream accepts data).
