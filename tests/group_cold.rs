@@ -378,6 +378,19 @@ async fn object_store_failures_mid_flush_lose_nothing_and_reference_nothing_twic
             .len(),
         2
     );
+    assert_eq!(
+        engine.sweep_orphan_objects().await.expect("sweep"),
+        1,
+        "the orphan is reclaimed"
+    );
+    assert_eq!(
+        engine
+            .cold_store()
+            .list(&cold_chunk_prefix(&id))
+            .await
+            .expect("list"),
+        vec![chunks[0].s3_path.clone()]
+    );
 
     // 3. Restart with the store unreachable again: cold reads fail loudly, hot reads still work,
     // and nothing is lost once the store is back.

@@ -612,6 +612,53 @@ impl DiskGroupEngine {
         Ok(report)
     }
 
+    /// Deletes Strata cold objects (`.sco`) under the prefixes of this group's live streams that
+    /// no chunk references: uploads whose commit never happened (a crash or a refused
+    /// `flush_cold` between upload and commit). Safe against in-flight uploads because Strata's
+    /// own upload and commit run inside one `&mut self` call, which this one cannot interleave
+    /// with; objects of other writers (other suffixes) are never touched. Returns objects deleted.
+    pub async fn sweep_orphan_objects(&mut self) -> Result<u64, GroupEngineError> {
+        let mut deleted = 0;
+        let streams: Vec<(BucketStreamId, Vec<String>)> = self
+            .state
+            .streams
+            .iter()
+            .map(|(id, row)| {
+                (
+                    id.clone(),
+                    row.cold_chunks.iter().map(|c| c.s3_path.clone()).collect(),
+                )
+            })
+            .collect();
+        let queued: Vec<String> = self
+            .state
+            .gc
+            .iter()
+            .filter_map(|e| match &e.target {
+                ColdGcTarget::Paths(paths) => Some(paths.clone()),
+                ColdGcTarget::Stream(_) => None,
+            })
+            .flatten()
+            .collect();
+        for (id, live) in streams {
+            for path in self
+                .cold
+                .list(&cold_chunk_prefix(&id))
+                .await
+                .map_err(GroupError::from)?
+            {
+                if path.ends_with(COLD_OBJECT_SUFFIX)
+                    && !live.contains(&path)
+                    && !queued.contains(&path)
+                {
+                    self.cold.delete(&path).await.map_err(GroupError::from)?;
+                    deleted += 1;
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Deletes sealed payload segments that no hot message references any more (after cold
     /// flushes, retention and deletes). Returns the bytes freed.
     pub fn reclaim_hot_segments(&self) -> Result<u64, GroupEngineError> {

@@ -2,7 +2,7 @@
 //! the provided ones the in-memory engine leaves unsupported included (external payloads
 //! excepted: Strata refuses them with a clear error), plus a factory for the shard runtime.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ursula_runtime::{
     AdvanceRetentionRequest, AppendBatchRequest, AppendRequest, AppendTransactionRequest,
@@ -322,7 +322,6 @@ pub struct DiskGroupEngineFactory {
     store: Arc<Store>,
     cold: ColdStore,
     options: GroupOptions,
-    opened: Mutex<Vec<u32>>,
 }
 
 impl DiskGroupEngineFactory {
@@ -332,7 +331,6 @@ impl DiskGroupEngineFactory {
             store,
             cold,
             options,
-            opened: Mutex::new(Vec::new()),
         }
     }
 }
@@ -345,10 +343,6 @@ impl GroupEngineFactory for DiskGroupEngineFactory {
     ) -> GroupEngineCreateFuture<'a> {
         Box::pin(async move {
             let group = placement.raft_group_id.0;
-            self.opened
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(group);
             let engine = DiskGroupEngine::open(
                 &self.store,
                 &format!("group-{group}"),
