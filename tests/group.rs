@@ -11,13 +11,14 @@ use strata::group::{DiskGroupEngine, GroupOptions};
 use strata::{LogOptions, Store};
 use ursula_runtime::{
     AdvanceRetentionRequest, AppendBatchRequest, AppendRequest, AppendTransactionRequest,
-    CloseStreamRequest, ColdStore as UrsulaColdStore, ColdWriteAdmission, CreateStreamRequest,
-    DeleteStreamRequest, FlushColdRequest, GroupEngine, GroupEngineError, GroupWriteCommand,
-    HeadStreamRequest, InMemoryGroupEngine, PlanColdFlushRequest, PublishSnapshotRequest,
-    ReadStreamRequest, SetBucketQuotaRequest,
+    BootstrapStreamRequest, CloseStreamRequest, ColdStore as UrsulaColdStore, ColdWriteAdmission,
+    CreateStreamRequest, DeleteSnapshotRequest, DeleteStreamRequest, FlushColdRequest,
+    GetStreamAttrsRequest, GroupEngine, GroupEngineError, GroupWriteCommand, HeadStreamRequest,
+    InMemoryGroupEngine, PlanColdFlushRequest, PlanGroupColdFlushRequest, PublishSnapshotRequest,
+    ReadSnapshotRequest, ReadStreamRequest, SetBucketQuotaRequest, UpdateStreamAttrsRequest,
 };
 use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
-use ursula_stream::{ColdChunkRef, ProducerRequest, StreamCommand};
+use ursula_stream::{ColdChunkRef, ProducerRequest, StreamAttrs, StreamCommand};
 
 const CT: &str = "application/octet-stream";
 
@@ -121,7 +122,7 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize) {
     let mut flushed = std::collections::HashSet::new();
     let mut tainted = std::collections::HashSet::new();
     for step in 0..steps {
-        now += rng.below(3_000);
+        now += rng.below(1_200);
         let id = ids[rng.below(ids.len() as u64) as usize].clone();
         let producer = (rng.below(3) == 0).then(|| ProducerRequest {
             producer_id: format!("p{}", rng.below(2)),
@@ -132,9 +133,9 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize) {
             b'a' + rng.below(26) as u8;
             1 + rng.below(700) as usize
         ]);
-        let op = rng.below(19);
+        let op = rng.below(32);
         let (a, b) = match op {
-            0 | 1 => {
+            0 | 1 | 12 if op != 12 || rng.below(2) == 0 => {
                 let mut r = CreateStreamRequest::new(id.clone(), CT);
                 r.now_ms = now;
                 r.stream_ttl_seconds = (rng.below(4) == 0).then_some(5);
@@ -152,7 +153,7 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize) {
                 }
                 (key(&a), key(&b))
             }
-            2..=5 => {
+            2..=5 | 26..=31 => {
                 let mut r = AppendRequest::from_bytes(id.clone(), payload.clone());
                 r.content_type = CT.into();
                 r.now_ms = now;
@@ -230,7 +231,7 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize) {
                 let b = oracle.close_stream(r, p).await;
                 (key(&a), key(&b))
             }
-            11 if rng.below(3) == 0 => {
+            11 if rng.below(5) == 0 => {
                 let r = DeleteStreamRequest {
                     stream_id: id.clone(),
                 };
@@ -241,8 +242,8 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize) {
             12 => {
                 let r = SetBucketQuotaRequest {
                     bucket_id: id.bucket_id.clone(),
-                    max_streams: (rng.below(2) == 0).then_some(2),
-                    max_retained_bytes: (rng.below(2) == 0).then_some(3_000),
+                    max_streams: (rng.below(3) == 0).then_some(4),
+                    max_retained_bytes: (rng.below(3) == 0).then_some(3_000 + rng.below(30_000)),
                 };
                 let a = strata.set_bucket_quota(r.clone(), p).await;
                 let b = oracle.set_bucket_quota(r, p).await;
@@ -379,9 +380,143 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize) {
                 let b = oracle.write_batch(batch, p).await;
                 (key(&a), key(&b))
             }
-            _ => {
+            19 => {
+                let attrs = (rng.below(3) != 0).then(|| StreamAttrs {
+                    title: Some(format!("title {}", rng.below(3))),
+                    metadata: Default::default(),
+                });
+                let r = UpdateStreamAttrsRequest {
+                    stream_id: id.clone(),
+                    attrs,
+                    now_ms: now,
+                };
+                let a = strata.update_stream_attrs(r.clone(), p).await;
+                let b = oracle.update_stream_attrs(r, p).await;
+                let g = GetStreamAttrsRequest {
+                    stream_id: id.clone(),
+                    now_ms: now,
+                };
+                let ga = strata.get_stream_attrs(g.clone(), p).await;
+                let gb = oracle.get_stream_attrs(g, p).await;
+                (
+                    format!("{} {}", key(&a), key(&ga)),
+                    format!("{} {}", key(&b), key(&gb)),
+                )
+            }
+            20 => {
+                let r = ReadSnapshotRequest {
+                    stream_id: id.clone(),
+                    snapshot_offset: (rng.below(2) == 0).then(|| rng.below(2_000)),
+                    now_ms: now,
+                };
+                let a = strata.read_snapshot(r.clone(), p).await;
+                let b = oracle.read_snapshot(r, p).await;
+                let d = DeleteSnapshotRequest {
+                    stream_id: id.clone(),
+                    snapshot_offset: rng.below(2_000),
+                    now_ms: now,
+                };
+                let da = strata.delete_snapshot(d.clone(), p).await;
+                let db = oracle.delete_snapshot(d, p).await;
+                (
+                    format!("{} {}", key(&a), key(&da)),
+                    format!("{} {}", key(&b), key(&db)),
+                )
+            }
+            21 => {
+                let r = BootstrapStreamRequest {
+                    stream_id: id.clone(),
+                    now_ms: now,
+                };
+                let a = strata.bootstrap_stream(r.clone(), p).await;
+                let b = oracle.bootstrap_stream(r, p).await;
+                if tainted.contains(&id) {
+                    let shape =
+                        |r: &Result<ursula_runtime::BootstrapStreamResponse, GroupEngineError>| {
+                            key(&r
+                                .as_ref()
+                                .map(|r| {
+                                    (
+                                        r.snapshot_offset,
+                                        r.updates
+                                            .iter()
+                                            .map(|u| (u.start_offset, u.next_offset))
+                                            .collect::<Vec<_>>(),
+                                        r.next_offset,
+                                    )
+                                })
+                                .map_err(Clone::clone))
+                        };
+                    (shape(&a), shape(&b))
+                } else {
+                    (key(&a), key(&b))
+                }
+            }
+            22 => {
+                let r = PlanGroupColdFlushRequest {
+                    min_hot_bytes: rng.below(3_000) as usize,
+                    max_flush_bytes: 1 + rng.below(1_500) as usize,
+                    max_batch_bytes: 1 + rng.below(4_000) as usize,
+                };
+                let max = rng.below(4) as usize;
+                let a = strata.plan_next_cold_flush_batch(r.clone(), p, max).await;
+                let b = oracle.plan_next_cold_flush_batch(r, p, max).await;
+                let ba = strata.cold_hot_backlog(id.clone(), p).await;
+                let bb = oracle.cold_hot_backlog(id.clone(), p).await;
+                (
+                    format!("{} {}", key(&a), key(&ba)),
+                    format!("{} {}", key(&b), key(&bb)),
+                )
+            }
+            23 => {
+                let mut batch = AppendBatchRequest::new(id.clone(), vec![payload.clone()]);
+                batch.content_type = CT.into();
+                batch.now_ms = now;
+                let other = AppendBatchRequest {
+                    stream_id: ids[rng.below(ids.len() as u64) as usize].clone(),
+                    ..batch.clone()
+                };
+                let a = strata
+                    .append_batch_many(vec![batch.clone(), other.clone()], p, none)
+                    .await;
+                let b = oracle.append_batch_many(vec![batch, other], p, none).await;
+                (key(&a), key(&b))
+            }
+            24 => {
+                let r = ReadStreamRequest {
+                    stream_id: id.clone(),
+                    offset: rng.below(1_500),
+                    max_len: 1 + rng.below(2_000) as usize,
+                    now_ms: now,
+                    record: None,
+                    max_records: None,
+                };
+                let a = match strata.read_stream_parts(r.clone(), p).await {
+                    Ok(parts) => parts.into_response().await,
+                    Err(e) => Err(e),
+                };
+                let b = match oracle.read_stream_parts(r, p).await {
+                    Ok(parts) => parts.into_response().await,
+                    Err(e) => Err(e),
+                };
+                if tainted.contains(&id) {
+                    (read_shape(&a), read_shape(&b))
+                } else {
+                    (key(&a), key(&b))
+                }
+            }
+            _ if rng.below(6) == 0 => {
                 let a = strata.purge_bucket(id.bucket_id.clone(), p).await;
                 let b = oracle.purge_bucket(id.bucket_id.clone(), p).await;
+                (key(&a), key(&b))
+            }
+            _ => {
+                let r = HeadStreamRequest {
+                    stream_id: id.clone(),
+                    now_ms: now,
+                };
+                let a = strata.head_stream(r.clone(), p).await;
+                let b = oracle.head_stream(r, p).await;
                 (key(&a), key(&b))
             }
         };
