@@ -1,6 +1,8 @@
 //! The cold tier: sealed stream bytes as objects in any `object_store` backend. The default is a
 //! `LocalFileSystem` under the store directory; any S3-compatible endpoint is reached by URL.
 
+#[cfg(feature = "ursula")]
+mod cache;
 mod object;
 #[cfg(feature = "ursula")]
 mod store;
@@ -10,7 +12,7 @@ pub use object::{
     COLD_OBJECT_SUFFIX, COLD_OBJECT_VERSION,
 };
 #[cfg(feature = "ursula")]
-pub use store::{ColdStore, S3Config};
+pub use store::{ColdStore, S3Config, COLD_CACHE_BYTES};
 
 /// Errors of the cold tier.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -11,6 +11,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
+use super::cache::ObjectCache;
 use super::{decode_cold_object, ColdError, COLD_OBJECT_SUFFIX};
 
 /// A handle on the object store that holds cold objects (cheap to clone).
@@ -18,7 +19,11 @@ use super::{decode_cold_object, ColdError, COLD_OBJECT_SUFFIX};
 pub struct ColdStore {
     store: Arc<dyn ObjectStore>,
     description: String,
+    cache: Arc<Mutex<ObjectCache>>,
 }
+
+/// Decoded bytes the object cache of a [`ColdStore`] holds at most.
+pub const COLD_CACHE_BYTES: usize = 64 << 20;
 
 impl std::fmt::Debug for ColdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,6 +56,7 @@ impl ColdStore {
         Self {
             store,
             description: description.into(),
+            cache: Arc::new(Mutex::new(ObjectCache::new(COLD_CACHE_BYTES))),
         }
     }
 
@@ -162,6 +168,10 @@ impl ColdStore {
 
     /// Deletes an object; deleting an absent object succeeds (GC is idempotent).
     pub async fn delete(&self, path: &str) -> Result<(), ColdError> {
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(path);
         match self.store.delete(&ObjectPath::from(path)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
@@ -184,6 +194,25 @@ impl ColdStore {
         Ok(paths.len())
     }
 
+    /// The decoded bytes of the Strata object at `path`, from the cache or the store (the cache
+    /// lock is never held across the fetch).
+    pub async fn decoded(&self, path: &str) -> Result<Bytes, ColdError> {
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(path);
+        if let Some(raw) = cached {
+            return Ok(raw);
+        }
+        let raw = decode_cold_object(path, &self.get(path).await?)?;
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path, raw.clone());
+        Ok(raw)
+    }
+
     /// Reads `len` stream bytes starting `skip` bytes into the chunk stored at `path`
     /// (`object_offset` into the object for raw objects); Strata objects are decoded whole.
     pub async fn read_chunk(
@@ -194,7 +223,7 @@ impl ColdStore {
         len: u64,
     ) -> Result<Bytes, ColdError> {
         if path.ends_with(COLD_OBJECT_SUFFIX) {
-            let raw = decode_cold_object(path, &self.get(path).await?)?;
+            let raw = self.decoded(path).await?;
             let start = skip as usize;
             let end = start.saturating_add(len as usize);
             return raw

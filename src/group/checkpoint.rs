@@ -332,11 +332,15 @@ impl DiskGroupEngine {
                 row.cold_chunks.retain(|c| {
                     let keep = c.end_offset > target;
                     if !keep {
-                        dropped.push(c.s3_path.clone());
+                        dropped.push((c.start_offset, c.s3_path.clone()));
                     }
                     keep
                 });
             }
+            for (start, _) in &dropped {
+                tx.delete_chunk(&self.db, &id, *start);
+            }
+            let dropped: Vec<String> = dropped.into_iter().map(|(_, path)| path).collect();
             let stale: Vec<u64> = self
                 .db
                 .messages(&id, 0, target)?

@@ -272,6 +272,7 @@ impl DiskGroupEngine {
         }
         let mut tx = Tx::default();
         let end = chunk.end_offset;
+        tx.put_chunk(&self.db, id, &chunk);
         if let Some(row) = self.state.streams.get_mut(id) {
             row.cold_chunks.push(chunk);
             row.hot_start_offset = end;
@@ -365,6 +366,10 @@ impl DiskGroupEngine {
             .iter()
             .map(|c| c.s3_path.clone())
             .collect();
+        for old in &request.old_chunks {
+            tx.delete_chunk(&self.db, id, old.start_offset);
+        }
+        tx.put_chunk(&self.db, id, &replacement);
         if let Some(row) = self.state.streams.get_mut(id) {
             row.cold_chunks.splice(at..at + n, [replacement]);
         }

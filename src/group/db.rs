@@ -30,9 +30,10 @@ pub(crate) const CF_USAGE: &str = "usage";
 pub(crate) const CF_QUOTAS: &str = "quotas";
 pub(crate) const CF_COLD_GC: &str = "cold_gc";
 pub(crate) const CF_RETIRED_COUNTS: &str = "retired_counts";
+pub(crate) const CF_COLD_CHUNKS: &str = "cold_chunks";
 
 /// Every column family, in creation order.
-pub(crate) const COLUMN_FAMILIES: [&str; 10] = [
+pub(crate) const COLUMN_FAMILIES: [&str; 11] = [
     CF_META,
     CF_BUCKETS,
     CF_STREAMS,
@@ -43,6 +44,7 @@ pub(crate) const COLUMN_FAMILIES: [&str; 10] = [
     CF_QUOTAS,
     CF_COLD_GC,
     CF_RETIRED_COUNTS,
+    CF_COLD_CHUNKS,
 ];
 
 const META_FORMAT_VERSION: &[u8] = b"format_version";
@@ -59,6 +61,7 @@ pub(crate) struct GroupDb {
 pub(crate) struct Tx {
     batch: WriteBatch,
     error: Option<GroupError>,
+    dirty_streams: Vec<BucketStreamId>,
 }
 
 impl GroupDb {
@@ -244,6 +247,18 @@ impl GroupDb {
             state.streams.insert(id, decode_row("stream", v)?);
             Ok(true)
         })?;
+        self.scan(CF_COLD_CHUNKS, &[], &[], |k, v| {
+            let (id, _) =
+                decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("cold chunk key".into()))?;
+            let chunk: ursula_stream::ColdChunkRef = decode_row("cold chunk", v)?;
+            state
+                .streams
+                .get_mut(&id)
+                .ok_or_else(|| GroupError::Corrupt(format!("cold chunk of missing stream '{id}'")))?
+                .cold_chunks
+                .push(chunk);
+            Ok(true)
+        })?;
         self.scan(CF_PRODUCERS, &[], &[], |k, v| {
             let (id, rest) =
                 decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("producer key".into()))?;
@@ -374,9 +389,41 @@ impl Tx {
     pub fn delete_stream(&mut self, db: &GroupDb, id: &BucketStreamId) {
         let key = stream_key(id);
         self.delete_raw(db, CF_STREAMS, &key);
-        for cf in [CF_MESSAGES, CF_PRODUCERS, CF_RECEIPTS] {
+        for cf in [CF_MESSAGES, CF_PRODUCERS, CF_RECEIPTS, CF_COLD_CHUNKS] {
             self.delete_prefix(db, cf, &key);
         }
+    }
+
+    /// Writes one cold chunk row (key: stream key ++ start offset).
+    pub fn put_chunk(
+        &mut self,
+        db: &GroupDb,
+        id: &BucketStreamId,
+        chunk: &ursula_stream::ColdChunkRef,
+    ) {
+        self.put_json(
+            db,
+            CF_COLD_CHUNKS,
+            &super::keys::message_key(id, chunk.start_offset),
+            chunk,
+        );
+    }
+
+    /// Removes the cold chunk row starting at `start`.
+    pub fn delete_chunk(&mut self, db: &GroupDb, id: &BucketStreamId, start: u64) {
+        self.delete_raw(db, CF_COLD_CHUNKS, &super::keys::message_key(id, start));
+    }
+
+    /// Marks a stream whose row the commit must write (once, however often it changed).
+    pub fn mark_stream(&mut self, id: &BucketStreamId) {
+        if !self.dirty_streams.contains(id) {
+            self.dirty_streams.push(id.clone());
+        }
+    }
+
+    /// Takes the streams marked so far.
+    pub fn take_dirty_streams(&mut self) -> Vec<BucketStreamId> {
+        std::mem::take(&mut self.dirty_streams)
     }
 
     /// Writes one message row.

@@ -206,6 +206,11 @@ impl DiskGroupEngine {
     /// Commits `tx` (with the counters) durably; on failure, reloads memory from disk so it
     /// matches what is durable, and reports the error.
     fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
+        for id in tx.take_dirty_streams() {
+            if let Some(row) = self.state.streams.get(&id) {
+                tx.put_stream(&self.db, &id, row);
+            }
+        }
         tx.put_counters(&self.db, &self.state);
         match self.db.commit(tx) {
             Ok(()) => Ok(()),
@@ -218,11 +223,9 @@ impl DiskGroupEngine {
         }
     }
 
-    /// Writes the current memory row of stream `id` (and its producers) into `tx`.
+    /// Marks stream `id` so the commit writes its row as memory holds it then.
     fn save_stream(&self, tx: &mut Tx, id: &BucketStreamId) {
-        if let Some(row) = self.state.streams.get(id) {
-            tx.put_stream(&self.db, id, row);
-        }
+        tx.mark_stream(id);
     }
 
     /// Writes the usage row of `bucket` into `tx`.

@@ -99,20 +99,16 @@ impl PayloadLog {
         Ok(out)
     }
 
-    /// Reads the payload record at `log_offset` of `partition`.
-    pub fn read(&self, partition: u32, log_offset: u64) -> Result<Bytes, GroupError> {
+    /// Records of `partition` from `log_offset` on, about `max_bytes` of batches.
+    pub fn read_page(
+        &self,
+        partition: u32,
+        log_offset: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<crate::segment::Record>, GroupError> {
         let offset = i64::try_from(log_offset)
             .map_err(|_| GroupError::Corrupt(format!("log offset {log_offset}")))?;
-        let page = self.log.read(partition, offset, 1)?;
-        page.records
-            .into_iter()
-            .find(|r| r.offset == offset)
-            .and_then(|r| r.value)
-            .ok_or_else(|| {
-                GroupError::Corrupt(format!(
-                    "payload record {log_offset} of partition {partition} is missing"
-                ))
-            })
+        Ok(self.log.read(partition, offset, max_bytes)?.records)
     }
 
     /// Deletes sealed segments no hot message references: `lowest` maps each partition to the

@@ -139,11 +139,41 @@ impl DiskGroupEngine {
         }
         messages.extend(self.db.messages(id, from.saturating_add(1), to)?);
         let mut cursor = from;
+        // Records come a page at a time: one log read serves every message whose record lies in
+        // it (other streams' records in the same partition are stepped over).
+        let mut page: std::collections::VecDeque<crate::segment::Record> = Default::default();
         for (start, message) in messages {
             if start > cursor {
                 return Err(missing_segment(id, to));
             }
-            let record = self.payloads.read(row.partition, message.log_offset)?;
+            let want = message.log_offset as i64;
+            let record = loop {
+                while page.front().is_some_and(|r| r.offset < want) {
+                    page.pop_front();
+                }
+                match page.front() {
+                    Some(r) if r.offset == want => break page.pop_front().and_then(|r| r.value),
+                    Some(_) => break None,
+                    None => {
+                        let budget = ((to - cursor) as usize)
+                            .saturating_add(64 << 10)
+                            .min(4 << 20);
+                        page = self
+                            .payloads
+                            .read_page(row.partition, message.log_offset, budget)?
+                            .into();
+                        if page.is_empty() {
+                            break None;
+                        }
+                    }
+                }
+            };
+            let record = record.ok_or_else(|| {
+                GroupError::Corrupt(format!(
+                    "payload record {} of partition {} (stream '{id}') is missing",
+                    message.log_offset, row.partition
+                ))
+            })?;
             if record.len() as u64 != message.end_offset - start {
                 return Err(GroupError::Corrupt(format!(
                     "payload record {} of stream '{id}' holds {} bytes, its message row says {}",

@@ -35,7 +35,9 @@ pub struct StreamRow {
     pub visible_snapshot: Option<StreamVisibleSnapshot>,
     /// Accepted appends (the `stream_append_count` of responses).
     pub append_count: u64,
-    /// Cold chunks in offset order, covering `[cold start, hot_start_offset)`.
+    /// Cold chunks in offset order, covering `[cold start, hot_start_offset)`; stored one row
+    /// each in the `cold_chunks` family (not in this row), so an append never rewrites them.
+    #[serde(skip)]
     pub cold_chunks: Vec<ColdChunkRef>,
     /// Segment partition that holds this stream's hot payloads.
     pub partition: u32,

@@ -292,6 +292,9 @@ impl DiskGroupEngine {
                     .or_default()
                     .insert(p.producer_id, head);
             }
+            for chunk in &row.cold_chunks {
+                tx.put_chunk(&self.db, &id, chunk);
+            }
             tx.put_stream(&self.db, &id, &row);
             state.streams.insert(id, row);
         }

@@ -1,0 +1,80 @@
+//! A small cache of decoded cold objects. Strata objects are immutable (every upload has a fresh
+//! name), so a cached copy never goes stale; a delete evicts it. Bounded by bytes, least recently
+//! used out first.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+/// Decoded objects, most recently used at the back.
+#[derive(Debug)]
+pub(crate) struct ObjectCache {
+    entries: VecDeque<(String, Bytes)>,
+    bytes: usize,
+    capacity: usize,
+}
+
+impl ObjectCache {
+    /// A cache holding at most `capacity` decoded bytes.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: VecDeque::new(),
+            bytes: 0,
+            capacity,
+        }
+    }
+
+    /// The decoded object at `path`, if cached (and marks it recently used).
+    pub fn get(&mut self, path: &str) -> Option<Bytes> {
+        let at = self.entries.iter().position(|(p, _)| p == path)?;
+        let entry = self.entries.remove(at)?;
+        let bytes = entry.1.clone();
+        self.entries.push_back(entry);
+        Some(bytes)
+    }
+
+    /// Caches `bytes` as the decoded object at `path` (objects larger than the cache are not kept).
+    pub fn insert(&mut self, path: &str, bytes: Bytes) {
+        self.remove(path);
+        if bytes.len() > self.capacity {
+            return;
+        }
+        self.bytes += bytes.len();
+        self.entries.push_back((path.to_string(), bytes));
+        while self.bytes > self.capacity {
+            match self.entries.pop_front() {
+                Some((_, evicted)) => self.bytes -= evicted.len(),
+                None => break,
+            }
+        }
+    }
+
+    /// Drops `path` from the cache.
+    pub fn remove(&mut self, path: &str) {
+        if let Some(at) = self.entries.iter().position(|(p, _)| p == path) {
+            if let Some((_, evicted)) = self.entries.remove(at) {
+                self.bytes -= evicted.len();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicts_least_recently_used_within_the_byte_bound() {
+        let mut cache = ObjectCache::new(10);
+        cache.insert("a", Bytes::from_static(b"aaaa"));
+        cache.insert("b", Bytes::from_static(b"bbbb"));
+        assert!(cache.get("a").is_some());
+        cache.insert("c", Bytes::from_static(b"cccc"));
+        assert!(cache.get("b").is_none(), "b was least recently used");
+        assert!(cache.get("a").is_some() && cache.get("c").is_some());
+        cache.insert("huge", Bytes::from(vec![0u8; 11]));
+        assert!(cache.get("huge").is_none());
+        cache.remove("a");
+        assert!(cache.get("a").is_none());
+    }
+}
