@@ -472,6 +472,7 @@ impl DiskGroupEngine {
         let outcome = self.append_core(&mut tx, request.into(), admission).await;
         if outcome.is_err() && admission.max_hot_bytes_per_group.is_some() {
             return self.rollback(
+                &tx,
                 outcome
                     .err()
                     .unwrap_or_else(|| GroupEngineError::new("append")),
@@ -564,7 +565,7 @@ impl DiskGroupEngine {
                                 }
                             })
                     {
-                        return self.rollback(e);
+                        return self.rollback(&tx, e);
                     }
                 }
                 let inputs: Vec<Option<AppendInput>> = request
@@ -591,6 +592,7 @@ impl DiskGroupEngine {
         };
         if result.is_err() && admission.max_hot_bytes_per_group.is_some() {
             return self.rollback(
+                &tx,
                 result
                     .err()
                     .unwrap_or_else(|| GroupEngineError::new("append batch")),

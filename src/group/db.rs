@@ -414,6 +414,11 @@ impl Tx {
         self.delete_raw(db, CF_COLD_CHUNKS, &super::keys::message_key(id, start));
     }
 
+    /// True when the batch holds no write and no stream is marked.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty() && self.dirty_streams.is_empty() && self.error.is_none()
+    }
+
     /// Marks a stream whose row the commit must write (once, however often it changed).
     pub fn mark_stream(&mut self, id: &BucketStreamId) {
         if !self.dirty_streams.contains(id) {

@@ -373,7 +373,7 @@ impl DiskGroupEngine {
         let mut tx = Tx::default();
         if let Err(e) = self.ensure_bucket(&mut tx, &id) {
             return if previewing {
-                self.rollback(e)
+                self.rollback(&tx, e)
             } else {
                 self.finish(tx, Err(e))
             };
@@ -385,12 +385,12 @@ impl DiskGroupEngine {
                 let initial = request.initial_payload.len() as u64;
                 if previewing {
                     if let Err(e) = self.check_admission(&id, admission, initial) {
-                        return self.rollback(e);
+                        return self.rollback(&tx, e);
                     }
                 }
                 self.apply_create(&mut tx, request.clone()).await
             }
-            Err(e) if previewing => return self.rollback(e),
+            Err(e) if previewing => return self.rollback(&tx, e),
             Err(e) => Err(e),
         };
         self.sweep_expired(&mut tx, request.now_ms);
@@ -410,9 +410,17 @@ impl DiskGroupEngine {
         self.finish(tx, response)
     }
 
-    /// Drops uncommitted memory changes (reloading from disk) and returns `e`.
-    pub(crate) fn rollback<T>(&mut self, e: GroupEngineError) -> Result<T, GroupEngineError> {
-        self.state = self.db.load()?;
+    /// Drops the memory changes `tx` stands for (reloading from disk when there are any) and
+    /// returns `e`.
+    pub(crate) fn rollback<T>(
+        &mut self,
+        tx: &Tx,
+        e: GroupEngineError,
+    ) -> Result<T, GroupEngineError> {
+        if !tx.is_empty() || self.counters() != self.durable_counters {
+            self.state = self.db.load()?;
+            self.durable_counters = self.counters();
+        }
         Err(e)
     }
 

@@ -124,6 +124,8 @@ pub struct DiskGroupEngine {
     payloads: PayloadLog,
     cold: ColdStore,
     options: GroupOptions,
+    /// `(commit_index, next_gc_seq)` as last written to disk.
+    durable_counters: (u64, u64),
 }
 
 impl std::fmt::Debug for DiskGroupEngine {
@@ -165,6 +167,7 @@ impl DiskGroupEngine {
         Ok(Self {
             name: name.to_string(),
             db,
+            durable_counters: (state.commit_index, state.next_gc_seq),
             state,
             payloads,
             cold,
@@ -205,7 +208,14 @@ impl DiskGroupEngine {
 
     /// Commits `tx` (with the counters) durably; on failure, reloads memory from disk so it
     /// matches what is durable, and reports the error.
+    fn counters(&self) -> (u64, u64) {
+        (self.state.commit_index, self.state.next_gc_seq)
+    }
+
     fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
+        if tx.is_empty() && self.counters() == self.durable_counters {
+            return Ok(());
+        }
         for id in tx.take_dirty_streams() {
             if let Some(row) = self.state.streams.get(&id) {
                 tx.put_stream(&self.db, &id, row);
@@ -213,9 +223,13 @@ impl DiskGroupEngine {
         }
         tx.put_counters(&self.db, &self.state);
         match self.db.commit(tx) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.durable_counters = self.counters();
+                Ok(())
+            }
             Err(e) => {
                 if let Ok(state) = self.db.load() {
+                    self.durable_counters = (state.commit_index, state.next_gc_seq);
                     self.state = state;
                 }
                 Err(e.into())
