@@ -424,3 +424,85 @@ fn blake3_of(bytes: &[u8]) -> String {
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_and_missing_cold_objects_are_reported_with_their_path() {
+    let p = placement();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cold_dir = dir.path().join("cold");
+    let id = BucketStreamId::new("tenant", "damaged");
+    let (_store, mut engine) = open(dir.path(), ColdStore::local(&cold_dir).expect("cold"));
+    let mut create = CreateStreamRequest::new(id.clone(), CT);
+    create.now_ms = 1;
+    engine
+        .create_stream(create, p, ColdWriteAdmission::default())
+        .await
+        .expect("create");
+    let mut model = Vec::new();
+    append_many(&mut engine, &id, &mut model, 60, 2).await;
+    engine
+        .flush_stream_cold(&id, 4000, p)
+        .await
+        .expect("flush")
+        .expect("first");
+    engine
+        .flush_stream_cold(&id, 4000, p)
+        .await
+        .expect("flush")
+        .expect("second");
+    let report = engine.verify().await;
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!((report.streams, report.cold_objects), (1, 2));
+    assert_eq!(report.hot_bytes, model.len() as u64 - 8000);
+
+    let objects = engine
+        .cold_store()
+        .list(&cold_chunk_prefix(&id))
+        .await
+        .expect("list");
+    let mut sorted = objects.clone();
+    sorted.sort();
+    // Flip one byte of the first object's body; delete the second.
+    let first = cold_dir.join(&sorted[0]);
+    let mut bytes = std::fs::read(&first).expect("object file");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(&first, &bytes).expect("damage");
+    std::fs::remove_file(cold_dir.join(&sorted[1])).expect("delete");
+
+    // A fresh engine (no cached copies) sees both problems, naming the objects.
+    drop(engine);
+    let store = _store;
+    store.close_blocking().expect("close");
+    drop(store);
+    let (_store, mut engine) = open(dir.path(), ColdStore::local(&cold_dir).expect("cold"));
+    let report = engine.verify().await;
+    assert_eq!(report.findings.len(), 2, "{report:?}");
+    assert_eq!(report.findings[0].at, sorted[0]);
+    assert!(
+        report.findings[0].problem.contains("CRC"),
+        "{:?}",
+        report.findings[0]
+    );
+    assert_eq!(report.findings[1].at, sorted[1]);
+    let err = engine
+        .read_stream(
+            ReadStreamRequest {
+                stream_id: id.clone(),
+                offset: 0,
+                max_len: 100,
+                now_ms: 3,
+                record: None,
+                max_records: None,
+            },
+            p,
+        )
+        .await
+        .expect_err("a damaged object is an error, not wrong bytes");
+    assert!(
+        err.infra().is_some() && err.message().contains(&sorted[0]),
+        "{err:?}"
+    );
+    // The hot suffix is unaffected.
+    assert_eq!(read_all(&mut engine, &id, 8000, 3).await, model[8000..]);
+}

@@ -53,10 +53,15 @@ enum Command {
         /// Store directory.
         dir: PathBuf,
     },
-    /// Check every CRC of a store; exits non-zero when any data is corrupt.
+    /// Check every CRC of a store, and every group's hot bytes and cold objects; exits non-zero
+    /// when any data is corrupt.
     Verify {
         /// Store directory.
         dir: PathBuf,
+        /// Cold store of the groups (`file:///dir` or `s3://bucket?endpoint=...`); default
+        /// `<dir>/cold`.
+        #[arg(long)]
+        cold: Option<String>,
     },
     /// Print every batch and record of one segment file.
     Dump {
@@ -86,7 +91,7 @@ fn main() -> ExitCode {
         Command::Inspect { dir } => {
             strata::tools::inspect_store(&dir, &mut std::io::stdout()).map_err(|e| e.to_string())
         }
-        Command::Verify { dir } => verify(&dir),
+        Command::Verify { dir, cold } => verify(&dir, cold.as_deref()),
         Command::Dump { segment } => {
             strata::tools::dump_segment(&segment, &mut std::io::stdout()).map_err(|e| e.to_string())
         }
@@ -108,8 +113,9 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| e.to_string())
 }
 
-fn verify(dir: &std::path::Path) -> Result<(), String> {
+fn verify(dir: &std::path::Path, cold: Option<&str>) -> Result<(), String> {
     let report = strata::tools::verify_store(dir).map_err(|e| e.to_string())?;
+    let groups = runtime()?.block_on(verify_groups(dir, cold))?;
     println!(
         "verified {} segment(s): {} batch(es), {} record(s)",
         report.segments, report.batches, report.records
@@ -123,15 +129,55 @@ fn verify(dir: &std::path::Path) -> Result<(), String> {
             f.problem
         );
     }
-    if report.is_clean() {
+    let corrupt = report.findings.iter().filter(|f| f.corrupt).count() + groups;
+    if corrupt == 0 {
         println!("ok");
         Ok(())
     } else {
-        Err(format!(
-            "{} corrupt structure(s) found",
-            report.findings.iter().filter(|f| f.corrupt).count()
-        ))
+        Err(format!("{corrupt} corrupt structure(s) found"))
     }
+}
+
+/// Verifies every group under `<dir>/groups`; returns the number of problems found.
+async fn verify_groups(dir: &std::path::Path, cold: Option<&str>) -> Result<usize, String> {
+    use strata::cold::ColdStore;
+    use strata::group::{DiskGroupEngine, GroupOptions};
+    let groups_dir = dir.join("groups");
+    if !groups_dir.is_dir() {
+        return Ok(0);
+    }
+    let mut names: Vec<String> = std::fs::read_dir(&groups_dir)
+        .map_err(|e| format!("{}: {e}", groups_dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    let store = Store::open(dir).map_err(|e| e.to_string())?;
+    let cold_store = match cold {
+        Some(url) => ColdStore::from_url(url),
+        None => ColdStore::local(&dir.join("cold")),
+    }
+    .map_err(|e| e.to_string())?;
+    let mut problems = 0;
+    for name in names {
+        let engine =
+            DiskGroupEngine::open(&store, &name, cold_store.clone(), GroupOptions::default())
+                .map_err(|e| format!("group {name}: {e}"))?;
+        let report = engine.verify().await;
+        println!(
+            "verified group {name}: {} stream(s), {} hot byte(s), {} cold object(s)",
+            report.streams, report.hot_bytes, report.cold_objects
+        );
+        for f in &report.findings {
+            println!(
+                "CORRUPT: group {name}, stream {} at {}: {}",
+                f.stream, f.at, f.problem
+            );
+        }
+        problems += report.findings.len();
+    }
+    Ok(problems)
 }
 
 fn compact(dir: &std::path::Path, name: &str) -> Result<(), String> {

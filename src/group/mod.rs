@@ -49,6 +49,7 @@ pub mod rows;
 mod seam;
 mod snapshot;
 mod state;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -66,6 +67,7 @@ pub use db::GROUP_STATE_VERSION;
 pub use payload::PAYLOAD_PARTITIONS;
 pub use read::MAX_READ_BYTES;
 pub use seam::DiskGroupEngineFactory;
+pub use verify::{GroupFinding, GroupVerifyReport};
 
 use db::{GroupDb, Tx};
 use payload::PayloadLog;
