@@ -19,6 +19,16 @@ const W: GroupWorkload = GroupWorkload {
     read_page: 64 * 1024,
 };
 
+/// Sums the time `work` reports over `iters` runs, each in a fresh directory (setup untimed).
+fn fresh_runs(iters: u64, mut work: impl FnMut(&std::path::Path) -> Duration) -> Duration {
+    (0..iters)
+        .map(|_| {
+            let dir = tempfile::tempdir().unwrap();
+            work(dir.path())
+        })
+        .sum()
+}
+
 fn appends(c: &mut Criterion) {
     let rt = runtime();
     let mut g = c.benchmark_group("group_append");
@@ -26,48 +36,36 @@ fn appends(c: &mut Criterion) {
     g.throughput(Throughput::Elements(W.appends as u64));
     g.bench_function("strata/one_per_call", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().unwrap();
-                total += rt.block_on(async {
-                    let (_store, mut engine) = open_engine(dir.path()).await.unwrap();
+            fresh_runs(iters, |dir| {
+                rt.block_on(async {
+                    let (_store, mut engine) = open_engine(dir).await.unwrap();
                     strata_appends(&mut engine, &W).await.unwrap()
-                });
-            }
-            total
+                })
+            })
         })
     });
     g.bench_function("rocksdb/one_per_call", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().unwrap();
-                total += RocksStreams::open(dir.path()).unwrap().appends(&W).unwrap();
-            }
-            total
+            fresh_runs(iters, |dir| {
+                RocksStreams::open(dir).unwrap().appends(&W).unwrap()
+            })
         })
     });
     g.bench_function("strata/batch_32", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().unwrap();
-                total += rt.block_on(async {
-                    let (_store, mut engine) = open_engine(dir.path()).await.unwrap();
+            fresh_runs(iters, |dir| {
+                rt.block_on(async {
+                    let (_store, mut engine) = open_engine(dir).await.unwrap();
                     strata_batches(&mut engine, &W).await.unwrap()
-                });
-            }
-            total
+                })
+            })
         })
     });
     g.bench_function("rocksdb/batch_32", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().unwrap();
-                total += RocksStreams::open(dir.path()).unwrap().batches(&W).unwrap();
-            }
-            total
+            fresh_runs(iters, |dir| {
+                RocksStreams::open(dir).unwrap().batches(&W).unwrap()
+            })
         })
     });
     g.finish();
@@ -103,16 +101,13 @@ fn reads_and_flush(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(bytes));
     g.bench_function("strata/local_1MiB_objects", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().unwrap();
-                total += rt.block_on(async {
-                    let (_store, mut engine) = open_engine(dir.path()).await.unwrap();
+            fresh_runs(iters, |dir| {
+                rt.block_on(async {
+                    let (_store, mut engine) = open_engine(dir).await.unwrap();
                     strata_batches(&mut engine, &big).await.unwrap();
                     strata_flush_all(&mut engine).await.unwrap().duration
-                });
-            }
-            total
+                })
+            })
         })
     });
     g.finish();

@@ -558,3 +558,36 @@ async fn background_maintenance_applies_retention() {
     }
     log.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_wholly_below_an_offset_are_deleted_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("l", 1, small_segments()).unwrap();
+    for i in 0..300 {
+        log.append(0, vec![value(&format!("record-{i:04}-{}", "y".repeat(40)))])
+            .await
+            .unwrap();
+    }
+    let before = log.stats()[0].segments;
+    assert!(before > 4, "{:?}", log.stats());
+    // Nothing below offset 0: nothing to delete.
+    assert_eq!(
+        log.delete_segments_before(0, 0).unwrap().segments_deleted,
+        0
+    );
+    let report = log.delete_segments_before(0, 150).unwrap();
+    assert!(report.segments_deleted > 0 && report.bytes_deleted > 0);
+    let low = log.low_water_mark(0).unwrap();
+    assert!(
+        low <= 150,
+        "offset 150 is still referenced, low-water mark {low}"
+    );
+    assert!(low > 0);
+    let offsets: Vec<i64> = read_all(&log, 0).iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, (low..300).collect::<Vec<_>>());
+    // Everything: only the active segment stays.
+    log.delete_segments_before(0, i64::MAX).unwrap();
+    assert_eq!(log.stats()[0].segments, 1);
+    assert_eq!(log.high_water_mark(0).unwrap(), 300);
+}

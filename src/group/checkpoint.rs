@@ -10,7 +10,7 @@ use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{ColdGcTarget, StreamErrorCode, StreamVisibleSnapshot};
 
 use super::db::Tx;
-use super::state::{is_closed, is_expired};
+use super::state::{is_closed, is_expired, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine};
 
 /// BLAKE3 over the content type length, the content type and the payload (ursula's digest).
@@ -34,12 +34,7 @@ impl DiskGroupEngine {
         let Some(row) = self.state.streams.get(id) else {
             return Ok(false);
         };
-        let hot_from = row.hot_start_offset.max(retained);
-        let reported = if hot_from < row.metadata.tail_offset {
-            hot_from
-        } else {
-            row.metadata.tail_offset
-        };
+        let reported = GroupState::reported_hot_start(row);
         if offset == retained || offset <= row.hot_start_offset || offset <= reported {
             return Ok(true);
         }

@@ -59,14 +59,10 @@ pub fn new_cold_object_path(id: &BucketStreamId, start: u64, end: u64) -> String
 impl DiskGroupEngine {
     /// First hot offset as ursula reports it (the tail when nothing is hot).
     fn reported_hot_start(&self, id: &BucketStreamId) -> u64 {
-        self.state.streams.get(id).map_or(0, |row| {
-            let from = row.hot_start_offset.max(row.retained_offset);
-            if from < row.metadata.tail_offset {
-                from
-            } else {
-                row.metadata.tail_offset
-            }
-        })
+        self.state
+            .streams
+            .get(id)
+            .map_or(0, GroupState::reported_hot_start)
     }
 
     /// A flush candidate from `start`, of up to `max` bytes once at least `min` are hot.

@@ -10,7 +10,7 @@ use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{StreamErrorCode, StreamIntegritySnapshot};
 
 use super::rows::StreamRow;
-use super::state::{is_closed, is_expired};
+use super::state::{is_closed, is_expired, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine, GroupError};
 
 /// Largest read a single call serves (bounds memory; callers page with `next_offset`).
@@ -207,16 +207,11 @@ impl DiskGroupEngine {
         self.ensure_access(id, request.now_ms, false, placement)?;
         let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
         let m = &row.metadata;
-        let hot_from = row.hot_start_offset.max(row.retained_offset);
         Ok(HeadStreamResponse {
             placement,
             content_type: m.content_type.clone(),
             tail_offset: m.tail_offset,
-            cold_hot_start_offset: if hot_from < m.tail_offset {
-                hot_from
-            } else {
-                m.tail_offset
-            },
+            cold_hot_start_offset: GroupState::reported_hot_start(row),
             closed: is_closed(m),
             stream_ttl_seconds: m.stream_ttl_seconds,
             stream_expires_at_ms: m.stream_expires_at_ms,

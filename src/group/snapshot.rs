@@ -86,7 +86,7 @@ impl DiskGroupEngine {
             streams.push(StreamSnapshotEntry {
                 metadata: row.metadata.clone(),
                 attrs: row.attrs.clone(),
-                hot_start_offset: if hot_from < tail { hot_from } else { tail },
+                hot_start_offset: GroupState::reported_hot_start(row),
                 payload: payload.to_vec(),
                 hot_segments,
                 cold_frontier_offset: row.hot_start_offset.max(row.retained_offset),

@@ -41,6 +41,13 @@ impl GroupState {
             .saturating_sub(row.hot_start_offset.max(row.retained_offset))
     }
 
+    /// The first hot offset as ursula reports it: where the segments' bytes start, or the tail
+    /// when nothing is hot.
+    pub fn reported_hot_start(row: &StreamRow) -> u64 {
+        let from = row.hot_start_offset.max(row.retained_offset);
+        from.min(row.metadata.tail_offset)
+    }
+
     /// Hot bytes of the whole group.
     pub fn group_hot_bytes(&self) -> u64 {
         self.streams.values().map(Self::stream_hot_bytes).sum()

@@ -44,6 +44,19 @@ pub(crate) fn remove_segments(
     sync_dir(&partition.dir)
 }
 
+/// Removes `doomed` (see [`remove_segments`]) and reports what that freed.
+fn remove_counted(
+    partition: &Partition,
+    doomed: &[Arc<SealedSegment>],
+) -> StoreResult<RetentionReport> {
+    let report = RetentionReport {
+        segments_deleted: doomed.len(),
+        bytes_deleted: doomed.iter().map(|s| s.index().segment_len).sum(),
+    };
+    remove_segments(partition, doomed)?;
+    Ok(report)
+}
+
 impl Log {
     /// Applies the retention policy to every partition, as of `now_ms`.
     pub fn apply_retention(&self, now_ms: i64) -> StoreResult<RetentionReport> {
@@ -86,12 +99,7 @@ impl Log {
             size -= index.segment_len;
             doomed.push(segment.clone());
         }
-        let report = RetentionReport {
-            segments_deleted: doomed.len(),
-            bytes_deleted: doomed.iter().map(|s| s.index().segment_len).sum(),
-        };
-        remove_segments(partition, &doomed)?;
-        Ok(report)
+        remove_counted(partition, &doomed)
     }
 }
 
@@ -121,11 +129,6 @@ impl Log {
             }
             doomed.push(segment.clone());
         }
-        let report = RetentionReport {
-            segments_deleted: doomed.len(),
-            bytes_deleted: doomed.iter().map(|s| s.index().segment_len).sum(),
-        };
-        remove_segments(partition, &doomed)?;
-        Ok(report)
+        remove_counted(partition, &doomed)
     }
 }
