@@ -612,7 +612,7 @@ impl DiskGroupEngine {
         inputs: Vec<Option<AppendInput>>,
         placement: ShardPlacement,
     ) -> Result<Vec<Result<AppendResponse, GroupEngineError>>, GroupEngineError> {
-        let saved = self.state.clone();
+        let saved = self.state.stash([id]);
         let mut scratch = Tx::default();
         let mut writes = Vec::with_capacity(inputs.len());
         for input in &inputs {
@@ -625,7 +625,7 @@ impl DiskGroupEngine {
             };
             writes.push(w);
         }
-        self.state = saved;
+        self.state.restore(saved);
         let payloads: Vec<Bytes> = inputs
             .iter()
             .zip(&writes)
@@ -881,9 +881,10 @@ impl DiskGroupEngine {
         }
         let inputs: Vec<AppendInput> = operations.into_iter().map(AppendInput::from).collect();
         // Dry run on a scratch copy of memory: which operations write, and do all of them pass?
-        let saved = self.state.clone();
+        let ids: Vec<BucketStreamId> = inputs.iter().map(|i| i.stream_id.clone()).collect();
+        let saved = self.state.stash(&ids);
         let dry = self.run_transaction(&inputs, None);
-        self.state = saved.clone();
+        self.state.restore(saved);
         let writes = dry?;
         // Payloads of the writing operations, in one durability round.
         let items: Vec<(BucketStreamId, u32, Vec<Bytes>)> = inputs
@@ -907,10 +908,11 @@ impl DiskGroupEngine {
         let offsets = self.payloads.append_many(items, now_ms).await?;
         let offsets: Vec<Option<u64>> = offsets.into_iter().map(|o| o.first().copied()).collect();
         let mut tx = Tx::default();
+        let saved = self.state.stash(&ids);
         let applied = match self.run_transaction_into(&mut tx, &inputs, Some(&offsets)) {
             Ok(applied) => applied,
             Err(e) => {
-                self.state = saved;
+                self.state.restore(saved);
                 return Err(e);
             }
         };
