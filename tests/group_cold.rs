@@ -3,6 +3,7 @@
 //! restart, and object-store faults in the middle of a flush.
 #![cfg(feature = "ursula")]
 
+mod common;
 mod s3_harness;
 
 use std::path::Path;
@@ -505,4 +506,118 @@ async fn damaged_and_missing_cold_objects_are_reported_with_their_path() {
     );
     // The hot suffix is unaffected.
     assert_eq!(read_all(&mut engine, &id, 8000, 3).await, model[8000..]);
+}
+
+/// The byte a stream holds at `offset` in the crash test.
+fn pattern(offset: u64) -> u8 {
+    (offset % 251) as u8
+}
+
+/// Child of the crash test: appends, flushes, compacts and collects garbage forever, printing
+/// the tail after every acknowledged append.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by kill_9_during_flush_compaction_and_gc_loses_nothing"]
+async fn cold_crash_child() {
+    let Ok(dir) = std::env::var("STRATA_COLD_CRASH_DIR") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let p = placement();
+    let (_store, mut engine) = open(dir, ColdStore::local(&dir.join("cold")).expect("cold"));
+    let id = BucketStreamId::new("tenant", "crash");
+    let mut create = CreateStreamRequest::new(id.clone(), CT);
+    create.now_ms = 1;
+    engine
+        .create_stream(create, p, ColdWriteAdmission::default())
+        .await
+        .expect("create");
+    for round in 0u64.. {
+        let tail = engine
+            .head_stream(
+                HeadStreamRequest {
+                    stream_id: id.clone(),
+                    now_ms: 2,
+                },
+                p,
+            )
+            .await
+            .expect("head")
+            .tail_offset;
+        let len = 200 + (round * 53) % 700;
+        let payload: Vec<u8> = (tail..tail + len).map(pattern).collect();
+        let mut r = AppendRequest::from_bytes(id.clone(), Bytes::from(payload));
+        r.content_type = CT.into();
+        r.now_ms = 2;
+        let response = engine
+            .append(r, p, ColdWriteAdmission::default())
+            .await
+            .expect("append");
+        println!("{}", response.next_offset);
+        match round % 4 {
+            1 => {
+                engine.flush_stream_cold(&id, 1500, p).await.expect("flush");
+            }
+            2 => {
+                engine
+                    .compact_stream_cold(&id, 2000, 3, 0, p)
+                    .await
+                    .expect("compact");
+            }
+            3 => {
+                engine.run_cold_gc(u64::MAX, 64, p).await.expect("gc");
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn kill_9_during_flush_compaction_and_gc_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [("STRATA_COLD_CRASH_DIR", dir.path().display().to_string())];
+    let mut acknowledged = 0u64;
+    for cycle in 0..6 {
+        let lines = common::run_and_kill(
+            "cold_crash_child",
+            &env,
+            std::time::Duration::from_millis(500 + 90 * cycle),
+        );
+        if let Some(tail) = lines.last().and_then(|l| l.parse::<u64>().ok()) {
+            acknowledged = acknowledged.max(tail);
+        }
+    }
+    assert!(
+        acknowledged > 5_000,
+        "the child made progress: {acknowledged} bytes"
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let p = placement();
+        let (_store, mut engine) = open(
+            dir.path(),
+            ColdStore::local(&dir.path().join("cold")).expect("cold"),
+        );
+        let id = BucketStreamId::new("tenant", "crash");
+        let report = engine.verify().await;
+        assert!(report.is_clean(), "{report:?}");
+        assert!(
+            report.cold_objects > 0,
+            "some bytes reached the cold tier: {report:?}"
+        );
+        let bytes = read_all(&mut engine, &id, 0, 3).await;
+        assert!(
+            bytes.len() as u64 >= acknowledged,
+            "{} bytes for {acknowledged} acknowledged",
+            bytes.len()
+        );
+        for (offset, byte) in bytes.iter().enumerate() {
+            assert_eq!(*byte, pattern(offset as u64), "byte {offset}");
+        }
+        // Uploads cut off before their commit are orphans; the sweep reclaims them and nothing
+        // referenced goes with them.
+        engine.sweep_orphan_objects().await.expect("sweep");
+        engine.run_cold_gc(u64::MAX, 1024, p).await.expect("gc");
+        assert!(engine.verify().await.is_clean());
+        assert_eq!(read_all(&mut engine, &id, 0, 4).await, bytes);
+    });
 }
