@@ -372,6 +372,7 @@ mod group_state {
                 payload_digest: String::new(),
             }],
             partition: 3,
+            records: None,
         };
         let b = vector(
             "group_stream_row_v1.json.bin",
@@ -386,6 +387,10 @@ mod group_state {
             "chunks live in their own family"
         );
         assert_eq!(json["partition"], 3);
+        assert!(
+            json["records"].is_null(),
+            "a binary stream has no record coordinates"
+        );
         let decoded: StreamRow = decode_row("stream", &b).unwrap();
         assert_eq!(
             decoded,

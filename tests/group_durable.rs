@@ -523,12 +523,6 @@ async fn group_snapshots_move_between_strata_and_the_in_memory_engine() {
 async fn unsupported_shapes_are_refused_with_clear_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_store, mut engine) = open(dir.path());
-    let json = CreateStreamRequest::new(BucketStreamId::new("refuse", "j"), "application/json");
-    let err = engine
-        .create_stream(json, p(), none())
-        .await
-        .expect_err("json refused");
-    assert!(err.message().contains("JSON record streams"), "{err:?}");
     let external = CreateStreamExternalRequest {
         stream_id: BucketStreamId::new("refuse", "e"),
         content_type: CT.into(),
@@ -641,4 +635,181 @@ fn kill_9_never_loses_an_acknowledged_append() {
             );
         }
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_record_coordinates_survive_restarts_and_travel_in_snapshots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, mut engine) = open(dir.path());
+    let id = BucketStreamId::new("records", "events");
+    let json = "application/json";
+    let mut c = CreateStreamRequest::new(id.clone(), json);
+    c.initial_payload = Bytes::from_static(b"{\"a\":1}\n");
+    c.now_ms = 1;
+    let created = engine.create_stream(c, p(), none()).await.expect("create");
+    assert_eq!(
+        created
+            .record_range
+            .map(|r| (r.first_record, r.next_record)),
+        Some((0, 1))
+    );
+    let mut batch =
+        AppendRequest::from_bytes(id.clone(), Bytes::from_static(b"{\"b\":2}\n{\"c\":3}\n"));
+    batch.content_type = json.into();
+    batch.record_match = Some(1);
+    let appended = engine
+        .append(batch, p(), none())
+        .await
+        .expect("append two records");
+    assert_eq!(
+        appended
+            .record_range
+            .map(|r| (r.first_record, r.next_record)),
+        Some((1, 3))
+    );
+    let mut torn = AppendRequest::from_bytes(id.clone(), Bytes::from_static(b"{\"d\":4}"));
+    torn.content_type = json.into();
+    assert_eq!(
+        code(engine.append(torn, p(), none()).await),
+        Some(StreamErrorCode::InvalidRecordBoundaries)
+    );
+    let mut stale = AppendRequest::from_bytes(id.clone(), Bytes::from_static(b"{}\n"));
+    stale.content_type = json.into();
+    stale.record_match = Some(1);
+    let err = engine
+        .append(stale, p(), none())
+        .await
+        .expect_err("record tail moved");
+    assert_eq!(err.code(), Some(StreamErrorCode::RecordPreconditionFailed));
+
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    let by_record = |record, max| ReadStreamRequest {
+        stream_id: id.clone(),
+        offset: 0,
+        max_len: 0,
+        now_ms: 2,
+        record: Some(record),
+        max_records: max,
+    };
+    let second = engine
+        .read_stream(by_record(1, Some(1)), p())
+        .await
+        .expect("read record 1");
+    assert_eq!(second.payload, b"{\"b\":2}\n");
+    assert_eq!(
+        second.record_range.map(|r| (r.first_record, r.next_record)),
+        Some((1, 2))
+    );
+    // Flush the first two records' bytes to the cold tier; record reads stitch both tiers.
+    engine
+        .flush_stream_cold(&id, 12, p())
+        .await
+        .expect("flush")
+        .expect("flushed");
+    let rest = engine
+        .read_stream(by_record(0, None), p())
+        .await
+        .expect("read all records");
+    assert_eq!(rest.payload, b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
+    // Retention must land on a record boundary.
+    let publish = PublishSnapshotRequest {
+        stream_id: id.clone(),
+        snapshot_offset: 16,
+        content_type: "text/plain".into(),
+        payload: Bytes::from_static(b"s"),
+        expected_digest: None,
+        now_ms: 3,
+    };
+    engine
+        .publish_snapshot(publish, p())
+        .await
+        .expect("checkpoint at record 2");
+    let mid = engine
+        .advance_retention(
+            AdvanceRetentionRequest {
+                stream_id: id.clone(),
+                retained_offset: 12,
+                now_ms: 3,
+            },
+            p(),
+        )
+        .await;
+    // 12 is below the flushed prefix (so "aligned"), but no record starts there.
+    assert_eq!(code(mid), Some(StreamErrorCode::InvalidRecordBoundaries));
+    let retained = engine
+        .advance_retention(
+            AdvanceRetentionRequest {
+                stream_id: id.clone(),
+                retained_offset: 16,
+                now_ms: 3,
+            },
+            p(),
+        )
+        .await
+        .expect("retain");
+    assert_eq!(
+        retained
+            .record_range
+            .map(|r| (r.first_record, r.next_record)),
+        Some((2, 3))
+    );
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    assert_eq!(
+        code(engine.read_stream(by_record(1, None), p()).await),
+        Some(StreamErrorCode::StreamGone)
+    );
+    assert_eq!(
+        engine
+            .read_stream(by_record(2, None), p())
+            .await
+            .expect("record 2")
+            .payload,
+        b"{\"c\":3}\n"
+    );
+    // The coordinates travel in the group snapshot to ursula's engine and back.
+    let snapshot = engine.snapshot(p()).await.expect("snapshot");
+    let mut oracle = InMemoryGroupEngine::default();
+    oracle
+        .install_snapshot(snapshot.clone())
+        .await
+        .expect("ursula installs it");
+    let head = HeadStreamRequest {
+        stream_id: id.clone(),
+        now_ms: 4,
+    };
+    assert_eq!(
+        oracle
+            .head_stream(head.clone(), p())
+            .await
+            .expect("head")
+            .record_range,
+        engine
+            .head_stream(head.clone(), p())
+            .await
+            .expect("head")
+            .record_range
+    );
+    drop((store, engine));
+    let other = tempfile::tempdir().expect("tempdir");
+    let (_store, mut fresh) = open(other.path());
+    fresh
+        .install_snapshot(oracle.snapshot(p()).await.expect("snapshot"))
+        .await
+        .expect("install");
+    let read = ReadStreamRequest {
+        stream_id: id.clone(),
+        offset: 0,
+        max_len: 0,
+        now_ms: 5,
+        record: Some(2),
+        max_records: None,
+    };
+    assert_eq!(
+        fresh
+            .read_stream(read, p())
+            .await
+            .expect("record 2 after install")
+            .payload,
+        b"{\"c\":3}\n"
+    );
 }

@@ -10,12 +10,13 @@ use ursula_runtime::{
 };
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
-    canonical_json_record_ends, ProducerAppendRecord, ProducerRequest, StreamErrorCode,
-    StreamErrorContext, StreamStatus,
+    ProducerAppendRecord, ProducerRequest, StreamErrorCode, StreamErrorContext, StreamRecordRange,
+    StreamStatus,
 };
 
 use super::db::Tx;
 use super::lifecycle::{integrity_append, validate_producer};
+use super::records;
 use super::rows::{MessageRow, ProducerRow, ReceiptRow};
 use super::state::{is_closed, renew_ttl, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine};
@@ -58,11 +59,13 @@ pub(crate) enum AppendOutcome {
         closed: bool,
         deduplicated: bool,
         producer: Option<ProducerRequest>,
+        record_range: Option<StreamRecordRange>,
     },
     /// An empty close was applied (or found).
     Closed {
         next_offset: u64,
         deduplicated: bool,
+        record_range: Option<StreamRecordRange>,
     },
 }
 
@@ -78,6 +81,8 @@ enum ProducerDecision {
 /// A validated append, ready to be written.
 pub(crate) struct PlannedAppend {
     input: AppendInput,
+    /// Record ends of the payload (JSON streams).
+    ends: Vec<u64>,
 }
 
 impl DiskGroupEngine {
@@ -222,32 +227,62 @@ impl DiskGroupEngine {
             self.evaluate_producer(&id, input.producer.as_ref())?
         {
             if input.payload.is_empty() {
+                let record_range = self.record_range_for(
+                    &id,
+                    receipt.next_offset,
+                    receipt.next_offset,
+                    input.producer.as_ref(),
+                )?;
                 return Ok(Err(AppendOutcome::Closed {
                     next_offset: receipt.next_offset,
                     deduplicated: true,
+                    record_range,
                 }));
             }
+            let record_range = self.record_range_for(
+                &id,
+                receipt.start_offset,
+                receipt.next_offset,
+                Some(&producer),
+            )?;
             return Ok(Err(AppendOutcome::Appended {
                 offset: receipt.start_offset,
                 next_offset: receipt.next_offset,
                 closed: receipt.closed,
                 deduplicated: true,
                 producer: Some(producer),
+                record_range,
             }));
         }
-        if input.record_match.is_some() {
-            return Err(stream_error(
-                StreamErrorCode::InvalidRecordBoundaries,
-                "Stream-Record-Match requires active JSON record coordinates",
-            ));
+        if let Some(expected) = input.record_match {
+            let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+            match row.records {
+                None => {
+                    return Err(stream_error(
+                        StreamErrorCode::InvalidRecordBoundaries,
+                        "Stream-Record-Match requires active JSON record coordinates",
+                    ))
+                }
+                Some(cursor) if cursor.next != expected => {
+                    return Err(GroupEngineError::stream_with_context(
+                        StreamErrorCode::RecordPreconditionFailed,
+                        format!("record tail is {}, expected {expected}", cursor.next),
+                        Some(row.metadata.tail_offset),
+                        vec![StreamErrorContext::RecordTailMismatch {
+                            current_record: cursor.next,
+                        }],
+                    ))
+                }
+                Some(_) => {}
+            }
         }
-        if let Some(content_type) = &input.content_type {
-            canonical_json_record_ends(content_type, &input.payload).map_err(|_| {
-                stream_error(
-                    StreamErrorCode::InvalidRecordBoundaries,
-                    "application/json append payload must use canonical newline boundaries",
-                )
-            })?;
+        let ends = match &input.content_type {
+            Some(content_type) => records::record_ends(content_type, &input.payload)?,
+            None => Vec::new(),
+        };
+        {
+            let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+            records::prepare(row, input.payload.len() as u64, &ends)?;
         }
         if !input.payload.is_empty() {
             self.check_retained_quota(&id.bucket_id, input.payload.len() as u64)?;
@@ -256,9 +291,13 @@ impl DiskGroupEngine {
         let m = &row.metadata;
         if is_closed(m) {
             if input.close_after && input.payload.is_empty() {
+                let tail = m.tail_offset;
+                let record_range =
+                    self.record_range_for(&id, tail, tail, input.producer.as_ref())?;
                 return Ok(Err(AppendOutcome::Closed {
-                    next_offset: m.tail_offset,
+                    next_offset: tail,
                     deduplicated: false,
+                    record_range,
                 }));
             }
             return Err(GroupEngineError::stream_with_context(
@@ -300,7 +339,7 @@ impl DiskGroupEngine {
                 ));
             }
         }
-        Ok(Ok(PlannedAppend { input }))
+        Ok(Ok(PlannedAppend { input, ends }))
     }
 
     /// Applies a planned append whose payload (if any) already sits at `log_offset`.
@@ -332,6 +371,10 @@ impl DiskGroupEngine {
         }
         let closed = is_closed(&row.metadata);
         let next_offset = row.metadata.tail_offset;
+        let record_range = row.records.map(|c| StreamRecordRange {
+            first_record: c.next,
+            next_record: c.next + plan.ends.len() as u64,
+        });
         let mut messages = Vec::new();
         if let Some(log_offset) = log_offset {
             integrity_append(row, &id, offset, next_offset, &input.payload)?;
@@ -339,6 +382,7 @@ impl DiskGroupEngine {
             messages.push((offset, next_offset, log_offset));
         }
         self.state.streams.insert(id.clone(), updated);
+        self.commit_records(tx, &id, offset, &plan.ends);
         for (offset, next_offset, log_offset) in messages {
             tx.put_message(
                 &self.db,
@@ -355,8 +399,8 @@ impl DiskGroupEngine {
                 start_offset: offset,
                 next_offset,
                 closed,
-                record_start: None,
-                record_next: None,
+                record_start: record_range.map(|r| r.first_record),
+                record_next: record_range.map(|r| r.next_record),
             };
             self.record_producer(tx, &id, p, vec![item]);
         }
@@ -366,15 +410,18 @@ impl DiskGroupEngine {
             return Ok(AppendOutcome::Closed {
                 next_offset,
                 deduplicated: false,
+                record_range,
             });
         }
-        self.usage_on_append(tx, &id.bucket_id, len, 1, false);
+        let count = records::record_count(&plan.ends, len);
+        self.usage_on_append(tx, &id.bucket_id, len, count, false);
         Ok(AppendOutcome::Appended {
             offset,
             next_offset,
             closed: input.close_after,
             deduplicated: false,
             producer: input.producer,
+            record_range,
         })
     }
 
@@ -435,6 +482,7 @@ impl DiskGroupEngine {
                 closed,
                 deduplicated,
                 producer,
+                record_range,
             } => {
                 let row = self.state.streams.get(id);
                 Ok(AppendResponse {
@@ -446,7 +494,7 @@ impl DiskGroupEngine {
                     closed,
                     deduplicated,
                     producer,
-                    record_range: None,
+                    record_range,
                     stream_hot_bytes: row.map_or(0, GroupState::stream_hot_bytes),
                     group_hot_bytes: self.state.group_hot_bytes(),
                 })
@@ -509,12 +557,13 @@ impl DiskGroupEngine {
             AppendOutcome::Closed {
                 next_offset,
                 deduplicated,
+                record_range,
             } => Ok(CloseStreamResponse {
                 placement,
                 next_offset,
                 group_commit_index: self.state.commit_index,
                 deduplicated,
-                record_range: None,
+                record_range,
             }),
             other => Err(GroupEngineError::new(format!(
                 "unexpected close stream write response: {other:?}"
@@ -725,7 +774,12 @@ impl DiskGroupEngine {
                         closed: item.closed,
                         deduplicated: true,
                         producer: None,
-                        record_range: None,
+                        record_range: self.record_range_for(
+                            id,
+                            item.start_offset,
+                            item.next_offset,
+                            Some(&producer),
+                        )?,
                         stream_hot_bytes: stream_hot,
                         group_hot_bytes: group_hot,
                     })
@@ -765,7 +819,16 @@ impl DiskGroupEngine {
                 "append batch payloads must be non-empty",
             ));
         }
-        let total: u64 = payloads.iter().map(|p| p.len() as u64).sum();
+        let mut all_ends = Vec::with_capacity(payloads.len());
+        let mut combined = Vec::new();
+        let mut total: u64 = 0;
+        for payload in &payloads {
+            let ends = records::record_ends(&content_type, payload)?;
+            combined.extend(ends.iter().map(|end| total + end));
+            total += payload.len() as u64;
+            all_ends.push(ends);
+        }
+        records::prepare(row, total, &combined)?;
         self.check_retained_quota(&id.bucket_id, total)?;
         self.check_admission(id, admission, total)?;
         let partition = row.partition;
@@ -782,23 +845,31 @@ impl DiskGroupEngine {
         let row = &mut updated;
         let mut messages = Vec::with_capacity(payloads.len());
         let mut items = Vec::with_capacity(payloads.len());
-        for (payload, log_offset) in payloads.iter().zip(&log_offsets) {
+        let mut next_record = row.records.map(|c| c.next);
+        let mut record_count = 0;
+        for ((payload, log_offset), ends) in payloads.iter().zip(&log_offsets).zip(&all_ends) {
             let start = row.metadata.tail_offset;
             let end = start + payload.len() as u64;
             row.metadata.tail_offset = end;
             integrity_append(row, id, start, end, payload)?;
             row.append_count += 1;
             messages.push((start, end, *log_offset));
+            let record_start = next_record;
+            next_record = next_record.map(|n| n + ends.len() as u64);
+            record_count += records::record_count(ends, payload.len() as u64);
             items.push(ProducerAppendRecord {
                 start_offset: start,
                 next_offset: end,
                 closed: false,
-                record_start: None,
-                record_next: None,
+                record_start,
+                record_next: next_record,
             });
         }
         renew_ttl(&mut row.metadata, now_ms);
         self.state.streams.insert(id.clone(), updated);
+        for (item, ends) in items.iter().zip(&all_ends) {
+            self.commit_records(tx, id, item.start_offset, ends);
+        }
         for (start, end, log_offset) in messages {
             tx.put_message(
                 &self.db,
@@ -812,7 +883,7 @@ impl DiskGroupEngine {
         }
         self.record_producer(tx, id, &producer, items.clone());
         self.save_stream(tx, id);
-        self.usage_on_append(tx, &id.bucket_id, total, payloads.len() as u64, false);
+        self.usage_on_append(tx, &id.bucket_id, total, record_count, false);
         self.state.commit_index += items.len() as u64;
         let row = self.state.streams.get(id);
         let stream_hot = row.map_or(0, GroupState::stream_hot_bytes);
@@ -830,7 +901,13 @@ impl DiskGroupEngine {
                     closed: false,
                     deduplicated: false,
                     producer: None,
-                    record_range: None,
+                    record_range: match (item.record_start, item.record_next) {
+                        (Some(first_record), Some(next_record)) => Some(StreamRecordRange {
+                            first_record,
+                            next_record,
+                        }),
+                        _ => None,
+                    },
                     stream_hot_bytes: stream_hot,
                     group_hot_bytes: group_hot,
                 })

@@ -10,6 +10,7 @@ use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{ColdGcTarget, StreamErrorCode, StreamVisibleSnapshot};
 
 use super::db::Tx;
+use super::records;
 use super::state::{is_closed, is_expired, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine};
 
@@ -39,7 +40,8 @@ impl DiskGroupEngine {
             return Ok(true);
         }
         Ok(
-            matches!(self.db.message_at_or_before(id, offset - 1)?, Some((_, m)) if m.end_offset == offset),
+            matches!(self.db.message_at_or_before(id, offset - 1)?, Some((_, m)) if m.end_offset == offset)
+                || self.is_record_start(id, row, offset)?,
         )
     }
 
@@ -149,7 +151,7 @@ impl DiskGroupEngine {
                 snapshot_offset,
                 snapshot_digest,
                 group_commit_index: self.state.commit_index,
-                record_range: None,
+                record_range: self.state.streams.get(&id).and_then(records::range),
             }
         });
         self.finish(tx, response)
@@ -188,7 +190,7 @@ impl DiskGroupEngine {
             content_type: snapshot.content_type,
             snapshot_digest: snapshot.digest,
             payload: snapshot.payload,
-            record_range: None,
+            record_range: records::range(row),
         })
     }
 
@@ -231,17 +233,11 @@ impl DiskGroupEngine {
             .ok_or_else(|| not_found(&id))?
             .clone();
         let from = row.visible_snapshot.as_ref().map_or(0, |s| s.offset);
-        let mut ranges = Vec::new();
-        let frontier = row.hot_start_offset.max(row.retained_offset);
-        if frontier > row.retained_offset && row.retained_offset >= from {
-            ranges.push((row.retained_offset, frontier));
-        }
-        for (start, m) in self.db.messages(&id, 0, u64::MAX)? {
-            let start = start.max(frontier);
-            if m.end_offset > start && start >= from {
-                ranges.push((start, m.end_offset));
-            }
-        }
+        let ranges: Vec<(u64, u64)> = self
+            .message_bounds(&id, &row)?
+            .into_iter()
+            .filter(|(start, _)| *start >= from)
+            .collect();
         let mut updates = Vec::with_capacity(ranges.len());
         for (start, end) in ranges {
             let payload = self.read_range(&id, &row, start, end).await?;
@@ -255,8 +251,9 @@ impl DiskGroupEngine {
         Ok(BootstrapStreamResponse {
             placement,
             snapshot_offset: row.visible_snapshot.as_ref().map(|s| s.offset),
+            // Without a snapshot ursula reports its default content type, not the stream's.
             snapshot_content_type: row.visible_snapshot.as_ref().map_or_else(
-                || row.metadata.content_type.clone(),
+                || "application/octet-stream".to_string(),
                 |s| s.content_type.clone(),
             ),
             snapshot_payload: row
@@ -267,7 +264,7 @@ impl DiskGroupEngine {
             next_offset: row.metadata.tail_offset,
             up_to_date: true,
             closed: is_closed(&row.metadata),
-            record_range: None,
+            record_range: records::range(&row),
         })
     }
 
@@ -321,6 +318,7 @@ impl DiskGroupEngine {
                     Some(tail),
                 ));
             }
+            self.retain_records(&mut tx, &id, target)?;
             let mut dropped = Vec::new();
             if let Some(row) = self.state.streams.get_mut(&id) {
                 row.retained_offset = target;
@@ -362,7 +360,7 @@ impl DiskGroupEngine {
                 placement,
                 retained_offset,
                 group_commit_index: self.state.commit_index,
-                record_range: None,
+                record_range: self.state.streams.get(&id).and_then(records::range),
             }
         });
         self.finish(tx, response)

@@ -31,9 +31,11 @@ pub(crate) const CF_QUOTAS: &str = "quotas";
 pub(crate) const CF_COLD_GC: &str = "cold_gc";
 pub(crate) const CF_RETIRED_COUNTS: &str = "retired_counts";
 pub(crate) const CF_COLD_CHUNKS: &str = "cold_chunks";
+pub(crate) const CF_RECORDS: &str = "records";
+pub(crate) const CF_RECORD_OFFSETS: &str = "record_offsets";
 
 /// Every column family, in creation order.
-pub(crate) const COLUMN_FAMILIES: [&str; 11] = [
+pub(crate) const COLUMN_FAMILIES: [&str; 13] = [
     CF_META,
     CF_BUCKETS,
     CF_STREAMS,
@@ -45,6 +47,8 @@ pub(crate) const COLUMN_FAMILIES: [&str; 11] = [
     CF_COLD_GC,
     CF_RETIRED_COUNTS,
     CF_COLD_CHUNKS,
+    CF_RECORDS,
+    CF_RECORD_OFFSETS,
 ];
 
 const META_FORMAT_VERSION: &[u8] = b"format_version";
@@ -190,6 +194,40 @@ impl GroupDb {
         Ok(out)
     }
 
+    /// Start offset of JSON record `ordinal` of `id`.
+    pub fn record_start(
+        &self,
+        id: &BucketStreamId,
+        ordinal: u64,
+    ) -> Result<Option<u64>, GroupError> {
+        self.get(CF_RECORDS, &super::keys::message_key(id, ordinal))?
+            .map(|v| be_u64(&v, "record row"))
+            .transpose()
+    }
+
+    /// Ordinal of the JSON record of `id` that starts at `offset`.
+    pub fn record_at(&self, id: &BucketStreamId, offset: u64) -> Result<Option<u64>, GroupError> {
+        self.get(CF_RECORD_OFFSETS, &super::keys::message_key(id, offset))?
+            .map(|v| be_u64(&v, "record offset row"))
+            .transpose()
+    }
+
+    /// Start offsets of the JSON records of `id` from ordinal `from`, in order.
+    pub fn record_starts(&self, id: &BucketStreamId, from: u64) -> Result<Vec<u64>, GroupError> {
+        let prefix = stream_key(id);
+        let mut out = Vec::new();
+        self.scan(
+            CF_RECORDS,
+            &prefix,
+            &super::keys::message_key(id, from),
+            |_, v| {
+                out.push(be_u64(v, "record row")?);
+                Ok(true)
+            },
+        )?;
+        Ok(out)
+    }
+
     /// The receipt of `seq` for a producer, if kept.
     pub fn receipt(
         &self,
@@ -316,6 +354,12 @@ impl GroupDb {
     }
 }
 
+fn be_u64(bytes: &[u8], what: &str) -> Result<u64, GroupError> {
+    <[u8; 8]>::try_from(bytes)
+        .map(u64::from_be_bytes)
+        .map_err(|_| GroupError::Corrupt(format!("{what} of {} bytes", bytes.len())))
+}
+
 fn message_start(key: &[u8], prefix_len: usize) -> Result<u64, GroupError> {
     key.get(prefix_len..)
         .and_then(|s| <[u8; 8]>::try_from(s).ok())
@@ -389,7 +433,14 @@ impl Tx {
     pub fn delete_stream(&mut self, db: &GroupDb, id: &BucketStreamId) {
         let key = stream_key(id);
         self.delete_raw(db, CF_STREAMS, &key);
-        for cf in [CF_MESSAGES, CF_PRODUCERS, CF_RECEIPTS, CF_COLD_CHUNKS] {
+        for cf in [
+            CF_MESSAGES,
+            CF_PRODUCERS,
+            CF_RECEIPTS,
+            CF_COLD_CHUNKS,
+            CF_RECORDS,
+            CF_RECORD_OFFSETS,
+        ] {
             self.delete_prefix(db, cf, &key);
         }
     }
@@ -407,6 +458,43 @@ impl Tx {
             &super::keys::message_key(id, chunk.start_offset),
             chunk,
         );
+    }
+
+    /// Writes JSON record `ordinal` of `id`, starting at `start` (both directions of the index).
+    pub fn put_record(&mut self, db: &GroupDb, id: &BucketStreamId, ordinal: u64, start: u64) {
+        self.put_raw(
+            db,
+            CF_RECORDS,
+            &super::keys::message_key(id, ordinal),
+            &start.to_be_bytes(),
+        );
+        self.put_raw(
+            db,
+            CF_RECORD_OFFSETS,
+            &super::keys::message_key(id, start),
+            &ordinal.to_be_bytes(),
+        );
+    }
+
+    /// Removes the JSON records of `id` with ordinals in `[first, end)` and starts below `below`.
+    pub fn delete_records(
+        &mut self,
+        db: &GroupDb,
+        id: &BucketStreamId,
+        first: u64,
+        end: u64,
+        below: u64,
+    ) {
+        for (cf, from, to) in [(CF_RECORDS, first, end), (CF_RECORD_OFFSETS, 0, below)] {
+            match db.cf(cf) {
+                Ok(handle) => self.batch.delete_range_cf(
+                    handle,
+                    super::keys::message_key(id, from),
+                    super::keys::message_key(id, to),
+                ),
+                Err(e) => self.error = Some(e),
+            }
+        }
     }
 
     /// Removes the cold chunk row starting at `start`.

@@ -10,12 +10,13 @@ use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
     is_json_record_content_type, validate_bucket_id, validate_stream_id, BucketQuota, ColdGcEntry,
     ColdGcTarget, ProducerAppendRecord, StreamAttrs, StreamErrorCode, StreamErrorContext,
-    StreamMetadata, StreamStatus,
+    StreamMetadata, StreamRecordRange, StreamStatus,
 };
 
 use super::db::Tx;
 use super::payload::PayloadLog;
-use super::rows::{MessageRow, ProducerRow, ReceiptRow, StreamRow};
+use super::records;
+use super::rows::{MessageRow, ProducerRow, ReceiptRow, RecordCursor, StreamRow};
 use super::state::{compare_ids, expiry_at_ms, is_expired, renew_ttl};
 use super::{not_found, stream_error, DiskGroupEngine, GroupError};
 
@@ -102,17 +103,6 @@ pub(crate) fn validate_producer(
                 p.producer_seq
             ),
         ));
-    }
-    Ok(())
-}
-
-/// Strata stores every content type as bytes; JSON record streams (record coordinates and
-/// canonical-boundary checks) are not implemented and are refused rather than mis-served.
-pub(crate) fn refuse_json(content_type: &str) -> Result<(), GroupEngineError> {
-    if is_json_record_content_type(content_type) {
-        return Err(GroupEngineError::new(format!(
-            "JSON record streams ('{content_type}') are not supported by Strata's group engine"
-        )));
     }
     Ok(())
 }
@@ -404,7 +394,11 @@ impl DiskGroupEngine {
                 closed,
                 already_exists,
                 group_commit_index: self.state.commit_index,
-                record_range: None,
+                record_range: if already_exists {
+                    None
+                } else {
+                    self.state.streams.get(&id).and_then(records::range)
+                },
             }
         });
         self.finish(tx, response)
@@ -430,13 +424,13 @@ impl DiskGroupEngine {
         tx: &mut Tx,
         request: &CreateStreamRequest,
     ) -> Result<Option<(u64, bool, bool)>, GroupEngineError> {
+        records::record_ends(&request.content_type, &request.initial_payload)?;
         let id = &request.stream_id;
         let attrs = normalize_attrs(request.attrs.clone());
         self.validate_scope(id)?;
         validate_attrs(attrs.as_ref())?;
         validate_retention(request.stream_ttl_seconds, request.stream_expires_at_ms)?;
         validate_producer(request.producer.as_ref())?;
-        refuse_json(&request.content_type)?;
         if let Some(p) = &request.producer {
             if p.producer_seq != 0 {
                 return Err(GroupEngineError::stream_with_context(
@@ -492,6 +486,12 @@ impl DiskGroupEngine {
         let partition = PayloadLog::partition_for(&id);
         let initial: Bytes = request.initial_payload.clone();
         let initial_len = initial.len() as u64;
+        let ends = records::record_ends(&request.content_type, &initial)?;
+        let json = is_json_record_content_type(&request.content_type);
+        let record_range = json.then_some(StreamRecordRange {
+            first_record: 0,
+            next_record: ends.len() as u64,
+        });
         let log_offsets = if initial.is_empty() {
             Vec::new()
         } else {
@@ -530,6 +530,7 @@ impl DiskGroupEngine {
             append_count: self.state.retired_counts.remove(&id).unwrap_or(0),
             cold_chunks: Vec::new(),
             partition,
+            records: json.then_some(RecordCursor { first: 0, next: 0 }),
         };
         if let Some(&log_offset) = log_offsets.first() {
             integrity_append(&mut row, &id, 0, initial_len, &initial)?;
@@ -548,8 +549,8 @@ impl DiskGroupEngine {
                 start_offset: 0,
                 next_offset: initial_len,
                 closed: request.close_after,
-                record_start: None,
-                record_next: None,
+                record_start: record_range.map(|r| r.first_record),
+                record_next: record_range.map(|r| r.next_record),
             };
             let producer = ProducerRow {
                 epoch: p.producer_epoch,
@@ -579,10 +580,11 @@ impl DiskGroupEngine {
                 .insert(p.producer_id.clone(), producer);
         }
         tx.put_retired_count(&self.db, &id, None);
-        tx.put_stream(&self.db, &id, &row);
+        tx.mark_stream(&id);
         self.state.streams.insert(id.clone(), row);
-        let records = u64::from(initial_len > 0);
-        self.usage_on_append(tx, &id.bucket_id, initial_len, records, true);
+        self.commit_records(tx, &id, 0, &ends);
+        let count = records::record_count(&ends, initial_len);
+        self.usage_on_append(tx, &id.bucket_id, initial_len, count, true);
         Ok((initial_len, request.close_after, false))
     }
 

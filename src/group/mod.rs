@@ -45,6 +45,7 @@ pub mod keys;
 mod lifecycle;
 mod payload;
 mod read;
+mod records;
 pub mod rows;
 mod seam;
 mod snapshot;

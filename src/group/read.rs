@@ -7,8 +7,9 @@ use ursula_runtime::{
     HeadStreamResponse, ReadStreamRequest, ReadStreamResponse,
 };
 use ursula_shard::{BucketStreamId, ShardPlacement};
-use ursula_stream::{StreamErrorCode, StreamIntegritySnapshot};
+use ursula_stream::{StreamErrorCode, StreamIntegritySnapshot, StreamRecordRange};
 
+use super::records;
 use super::rows::StreamRow;
 use super::state::{is_closed, is_expired, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine, GroupError};
@@ -25,53 +26,95 @@ impl DiskGroupEngine {
     ) -> Result<ReadStreamResponse, GroupEngineError> {
         let id = request.stream_id.clone();
         self.ensure_access(&id, request.now_ms, true, placement)?;
-        if request.record.is_some() || request.max_records.is_some() {
-            return Err(stream_error(
-                StreamErrorCode::InvalidRecordBoundaries,
-                "record coordinates are inactive for this stream",
-            ));
-        }
-        let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+        let row = self
+            .state
+            .streams
+            .get(&id)
+            .ok_or_else(|| not_found(&id))?
+            .clone();
         if is_expired(&row.metadata, request.now_ms) {
             return Err(not_found(&id));
         }
+        let retained_records = records::range(&row);
+        // A read by record coordinates (JSON streams) becomes a byte range; `max_records`
+        // without `record` is ignored, as in ursula.
+        let (offset, max_len, record_range) = match request.record {
+            None => (
+                request.offset,
+                request.max_len.min(MAX_READ_BYTES) as u64,
+                None,
+            ),
+            Some(record) => {
+                let retained = retained_records.ok_or_else(|| {
+                    stream_error(
+                        StreamErrorCode::InvalidRecordBoundaries,
+                        "record coordinates are inactive for this stream",
+                    )
+                })?;
+                if record < retained.first_record {
+                    return Err(stream_error(
+                        StreamErrorCode::StreamGone,
+                        format!(
+                            "record {record} is older than first retained record {}",
+                            retained.first_record
+                        ),
+                    ));
+                }
+                if record > retained.next_record {
+                    return Err(stream_error(
+                        StreamErrorCode::InvalidRecordBoundaries,
+                        format!(
+                            "record {record} is beyond record tail {}",
+                            retained.next_record
+                        ),
+                    ));
+                }
+                let next_record = request
+                    .max_records
+                    .map_or(retained.next_record, |limit| record.saturating_add(limit))
+                    .min(retained.next_record);
+                let from = self.offset_for_record(&id, &row, record)?;
+                let to = self.offset_for_record(&id, &row, next_record)?;
+                (
+                    from,
+                    to.saturating_sub(from),
+                    Some(StreamRecordRange {
+                        first_record: record,
+                        next_record,
+                    }),
+                )
+            }
+        };
         let tail = row.metadata.tail_offset;
-        if request.offset > tail {
+        if offset > tail {
             return Err(GroupEngineError::stream_with_next_offset(
                 StreamErrorCode::OffsetOutOfRange,
-                format!(
-                    "offset {} is beyond stream '{id}' tail {tail}",
-                    request.offset
-                ),
+                format!("offset {offset} is beyond stream '{id}' tail {tail}"),
                 Some(tail),
             ));
         }
-        if request.offset < row.retained_offset {
+        if offset < row.retained_offset {
             return Err(GroupEngineError::stream_with_next_offset(
                 StreamErrorCode::StreamGone,
                 format!(
-                    "offset {} is older than stream '{id}' retained offset {}",
-                    request.offset, row.retained_offset
+                    "offset {offset} is older than stream '{id}' retained offset {}",
+                    row.retained_offset
                 ),
                 Some(row.retained_offset),
             ));
         }
-        let max_len = request.max_len.min(MAX_READ_BYTES) as u64;
-        let next_offset = tail.min(request.offset.saturating_add(max_len));
-        let row = row.clone();
-        let payload = self
-            .read_range(&id, &row, request.offset, next_offset)
-            .await?;
+        let next_offset = tail.min(offset.saturating_add(max_len));
+        let payload = self.read_range(&id, &row, offset, next_offset).await?;
         Ok(ReadStreamResponse {
             placement,
-            offset: request.offset,
+            offset,
             next_offset,
             content_type: row.metadata.content_type.clone(),
             payload: payload.to_vec(),
             up_to_date: next_offset == tail,
             closed: is_closed(&row.metadata),
-            retained_record_range: None,
-            record_range: None,
+            retained_record_range: retained_records,
+            record_range,
         })
     }
 
@@ -219,7 +262,7 @@ impl DiskGroupEngine {
             snapshot_digest: row.visible_snapshot.as_ref().map(|s| s.digest.clone()),
             retained_offset: row.retained_offset,
             integrity: integrity_snapshot(row),
-            record_range: None,
+            record_range: records::range(row),
         })
     }
 

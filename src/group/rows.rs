@@ -41,6 +41,20 @@ pub struct StreamRow {
     pub cold_chunks: Vec<ColdChunkRef>,
     /// Segment partition that holds this stream's hot payloads.
     pub partition: u32,
+    /// JSON record coordinates (`application/json` streams): the first retained record and the
+    /// next record's ordinal; each record's start offset is a `records` row. `None` for other
+    /// streams.
+    #[serde(default)]
+    pub records: Option<RecordCursor>,
+}
+
+/// The retained record ordinals of a JSON stream: `[first, next)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordCursor {
+    /// First retained record.
+    pub first: u64,
+    /// Ordinal the next appended record gets.
+    pub next: u64,
 }
 
 /// The newest accepted sequence of one producer on one stream.

@@ -11,15 +11,15 @@ use ursula_runtime::{
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
     BucketQuotaSnapshot, BucketUsageSnapshot, HotPayloadSegment, ProducerReceipt, ProducerSnapshot,
-    StreamErrorCode, StreamMessageRecord, StreamSnapshot, StreamSnapshotEntry,
+    StreamErrorCode, StreamMessageRecord, StreamRecordIndex, StreamSnapshot, StreamSnapshotEntry,
 };
 
 use super::db::Tx;
 use super::payload::PayloadLog;
 use super::read::integrity_snapshot;
-use super::rows::{MessageRow, ProducerRow, ReceiptRow, StreamRow};
+use super::rows::{MessageRow, ProducerRow, ReceiptRow, RecordCursor, StreamRow};
 use super::state::{compare_ids, GroupState};
-use super::{stream_error, DiskGroupEngine};
+use super::{stream_error, DiskGroupEngine, GroupError};
 
 impl DiskGroupEngine {
     /// Builds the stream snapshot of the whole group (reads every hot payload).
@@ -32,22 +32,28 @@ impl DiskGroupEngine {
             let tail = row.metadata.tail_offset;
             let hot_from = row.hot_start_offset.max(row.retained_offset).min(tail);
             let payload = self.read_hot(id, row, hot_from, tail)?;
-            let mut message_records = Vec::new();
-            if hot_from > row.retained_offset {
-                message_records.push(StreamMessageRecord {
-                    start_offset: row.retained_offset,
-                    end_offset: hot_from,
-                });
-            }
-            for (start, m) in self.db.messages(id, 0, u64::MAX)? {
-                let start = start.max(hot_from);
-                if m.end_offset > start {
-                    message_records.push(StreamMessageRecord {
-                        start_offset: start,
-                        end_offset: m.end_offset,
-                    });
-                }
-            }
+            let message_records = self
+                .message_bounds(id, row)?
+                .into_iter()
+                .map(|(start_offset, end_offset)| StreamMessageRecord {
+                    start_offset,
+                    end_offset,
+                })
+                .collect();
+            let record_index = match row.records {
+                Some(cursor) => Some(
+                    StreamRecordIndex::restore(
+                        cursor.first,
+                        self.db.record_starts(id, cursor.first)?,
+                        row.retained_offset,
+                        tail,
+                    )
+                    .map_err(|e| {
+                        GroupError::Corrupt(format!("record index of stream '{id}': {e:?}"))
+                    })?,
+                ),
+                None => None,
+            };
             let mut producer_states = Vec::new();
             for (producer_id, head) in self.state.producers.get(id).into_iter().flatten() {
                 let receipts = self
@@ -94,7 +100,7 @@ impl DiskGroupEngine {
                 cold_chunks: row.cold_chunks.clone(),
                 external_segments: Vec::new(),
                 message_records,
-                record_index: None,
+                record_index,
                 integrity: integrity_snapshot(row),
                 retained_offset: Some(row.retained_offset),
                 visible_snapshot: row.visible_snapshot.clone(),
@@ -249,8 +255,19 @@ impl DiskGroupEngine {
                 append_count: counts.get(&id.to_string()).copied().unwrap_or(0),
                 cold_chunks: entry.cold_chunks,
                 partition: PayloadLog::partition_for(&id),
+                records: entry.record_index.as_ref().and_then(|index| {
+                    index.range().ok().map(|r| RecordCursor {
+                        first: r.first_record,
+                        next: r.next_record,
+                    })
+                }),
                 metadata: entry.metadata,
             };
+            if let (Some(index), Some(cursor)) = (&entry.record_index, row.records) {
+                for (i, start) in index.record_offsets().iter().enumerate() {
+                    tx.put_record(&self.db, &id, cursor.first + i as u64, *start);
+                }
+            }
             for p in entry.producer_states {
                 let head = ProducerRow {
                     epoch: p.producer_epoch,
@@ -358,7 +375,15 @@ fn validate_snapshot(snapshot: &StreamSnapshot) -> Result<(), GroupEngineError> 
                 "snapshot stream '{id}' references a missing bucket"
             )));
         }
-        super::lifecycle::refuse_json(&m.content_type)?;
+        if let Some(index) = &entry.record_index {
+            index
+                .validate(entry.retained_offset.unwrap_or(0), m.tail_offset)
+                .map_err(|e| {
+                    invalid(format!(
+                        "snapshot stream '{id}' has inconsistent record boundaries: {e:?}"
+                    ))
+                })?;
+        }
         if !entry.external_segments.is_empty() || entry.cold_chunks.iter().any(|c| c.shared_object)
         {
             return Err(GroupEngineError::new(format!("snapshot stream '{id}' uses external or shared objects, which Strata does not support")));
