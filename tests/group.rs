@@ -293,38 +293,67 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize, ids: Vec<Buc
                 let (ka, kb) = (key(&a), key(&b));
                 if let (Ok(Some(ca)), Ok(Some(cb))) = (a, b) {
                     flushed.insert(id.clone());
-                    let chunk = strata.upload_candidate(&ca).await.expect("upload");
+                    let (chunk_a, chunk_b) = if rng.below(2) == 0 {
+                        // Each engine's own upload: a Strata zstd object, a raw ursula chunk.
+                        let chunk_a = strata.upload_candidate(&ca).await.expect("upload");
+                        let path = format!(
+                            "{}/chunks/{:016x}-{:016x}-{step}.bin",
+                            id, cb.start_offset, cb.end_offset
+                        );
+                        let size = oracle_cold
+                            .write_chunk(&path, &cb.payload)
+                            .await
+                            .expect("oracle upload");
+                        let chunk_b = ColdChunkRef {
+                            start_offset: cb.start_offset,
+                            end_offset: cb.end_offset,
+                            s3_path: path,
+                            object_size: size,
+                            object_offset: 0,
+                            shared_object: false,
+                            payload_digest: cb.payload_digest.clone(),
+                        };
+                        (chunk_a, chunk_b)
+                    } else {
+                        // A shared pack object, as ursula's cold worker writes: the chunk is a
+                        // slice after 7 bytes of another stream's data.
+                        let path = format!("_packs/00000001/{step:08}.bin");
+                        let mut pack = b"other..".to_vec();
+                        pack.extend_from_slice(&ca.payload);
+                        strata
+                            .cold_store()
+                            .put(&path, Bytes::from(pack.clone()))
+                            .await
+                            .expect("pack upload");
+                        let size = oracle_cold
+                            .write_chunk(&path, &pack)
+                            .await
+                            .expect("oracle pack upload");
+                        let chunk = ColdChunkRef {
+                            start_offset: ca.start_offset,
+                            end_offset: ca.end_offset,
+                            s3_path: path,
+                            object_size: size,
+                            object_offset: 7,
+                            shared_object: true,
+                            payload_digest: ca.payload_digest.clone(),
+                        };
+                        (chunk.clone(), chunk)
+                    };
                     let fa = strata
                         .flush_cold(
                             FlushColdRequest {
                                 stream_id: id.clone(),
-                                chunk,
+                                chunk: chunk_a,
                             },
                             p,
                         )
                         .await;
-                    let path = format!(
-                        "{}/chunks/{:016x}-{:016x}-{step}.bin",
-                        id, cb.start_offset, cb.end_offset
-                    );
-                    let size = oracle_cold
-                        .write_chunk(&path, &cb.payload)
-                        .await
-                        .expect("oracle upload");
-                    let chunk = ColdChunkRef {
-                        start_offset: cb.start_offset,
-                        end_offset: cb.end_offset,
-                        s3_path: path,
-                        object_size: size,
-                        object_offset: 0,
-                        shared_object: false,
-                        payload_digest: cb.payload_digest.clone(),
-                    };
                     let fb = oracle
                         .flush_cold(
                             FlushColdRequest {
                                 stream_id: id.clone(),
-                                chunk,
+                                chunk: chunk_b,
                             },
                             p,
                         )
@@ -602,12 +631,17 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize, ids: Vec<Buc
     let gb = oracle.plan_cold_gc(1000, p).await.expect("gc");
     // Strata also queues the exclusive chunks that retention drops (ursula 0.4.1 leaves them
     // until the stream is deleted), and orders the streams one purge removes by id (ursula by
-    // slot); apart from that the queues agree.
+    // slot); apart from that the queues agree, shared pack objects released included.
     let streams_only = |q: Vec<ursula_stream::ColdGcEntry>| {
         q.into_iter()
             .map(|e| e.target)
             .filter_map(|t| match t {
                 ursula_stream::ColdGcTarget::Stream(id) => Some(id.to_string()),
+                ursula_stream::ColdGcTarget::Paths(paths)
+                    if paths.iter().all(|p| p.starts_with("_packs/")) =>
+                {
+                    Some(paths.join(","))
+                }
                 ursula_stream::ColdGcTarget::Paths(_) => None,
             })
             .collect::<Vec<_>>()

@@ -325,15 +325,19 @@ impl DiskGroupEngine {
                 row.cold_chunks.retain(|c| {
                     let keep = c.end_offset > target;
                     if !keep {
-                        dropped.push((c.start_offset, c.s3_path.clone()));
+                        dropped.push((c.start_offset, c.s3_path.clone(), c.shared_object));
                     }
                     keep
                 });
             }
-            for (start, _) in &dropped {
+            for (start, _, _) in &dropped {
                 tx.delete_chunk(&self.db, &id, *start);
             }
-            let dropped: Vec<String> = dropped.into_iter().map(|(_, path)| path).collect();
+            // Exclusive objects are unreferenced now; shared ones lose one reference.
+            let (shared, exclusive): (Vec<_>, Vec<_>) =
+                dropped.into_iter().partition(|(_, _, shared)| *shared);
+            let dropped: Vec<String> = exclusive.into_iter().map(|(_, path, _)| path).collect();
+            let released: Vec<String> = shared.into_iter().map(|(_, path, _)| path).collect();
             let stale: Vec<u64> = self
                 .db
                 .messages(&id, 0, target)?
@@ -350,6 +354,7 @@ impl DiskGroupEngine {
             if !dropped.is_empty() {
                 self.enqueue_gc(&mut tx, ColdGcTarget::Paths(dropped), 0);
             }
+            self.release_shared(&mut tx, released, 0);
             self.save_stream(&mut tx, &id);
             Ok(target)
         })();

@@ -40,6 +40,12 @@ fn stale(id: &BucketStreamId, tail: u64, message: String) -> GroupEngineError {
     )
 }
 
+/// A chunk compaction may merge: small, and raw (its own object, not a slice of a pack).
+fn compactable(chunk: &ColdChunkRef, small_bytes: u64) -> bool {
+    let len = chunk.end_offset - chunk.start_offset;
+    len < small_bytes && !chunk.shared_object && chunk.object_size == len
+}
+
 /// The prefix under which every cold object of a stream lives (`{stream}/chunks/`).
 pub fn cold_chunk_prefix(id: &BucketStreamId) -> String {
     format!("{id}/chunks/")
@@ -233,11 +239,6 @@ impl DiskGroupEngine {
                 Some(tail),
             ));
         }
-        if chunk.shared_object {
-            return Err(GroupEngineError::new(
-                "shared cold objects are not supported by Strata's group engine",
-            ));
-        }
         if chunk.end_offset > tail {
             return Err(stale(
                 id,
@@ -269,6 +270,13 @@ impl DiskGroupEngine {
         let mut tx = Tx::default();
         let end = chunk.end_offset;
         tx.put_chunk(&self.db, id, &chunk);
+        if chunk.shared_object {
+            *self
+                .state
+                .shared_refs
+                .entry(chunk.s3_path.clone())
+                .or_default() += 1;
+        }
         if let Some(row) = self.state.streams.get_mut(id) {
             row.cold_chunks.push(chunk);
             row.hot_start_offset = end;
@@ -321,10 +329,13 @@ impl DiskGroupEngine {
         let mut expected = request.old_chunks[0].start_offset;
         let mut bytes = 0u64;
         for chunk in &request.old_chunks {
-            if chunk.start_offset != expected || chunk.end_offset <= chunk.start_offset {
+            if chunk.start_offset != expected
+                || chunk.end_offset <= chunk.start_offset
+                || chunk.object_size != chunk.end_offset - chunk.start_offset
+            {
                 return Err(stream_error(
                     StreamErrorCode::InvalidColdFlush,
-                    "cold compaction inputs must be contiguous",
+                    "cold compaction inputs must be contiguous raw chunks",
                 ));
             }
             expected = chunk.end_offset;
@@ -514,8 +525,8 @@ impl DiskGroupEngine {
         let run: Vec<ColdChunkRef> = row
             .cold_chunks
             .iter()
-            .skip_while(|c| c.end_offset - c.start_offset >= small_bytes)
-            .take_while(|c| c.end_offset - c.start_offset < small_bytes)
+            .skip_while(|c| !compactable(c, small_bytes))
+            .take_while(|c| compactable(c, small_bytes))
             .take(max_inputs.max(2))
             .cloned()
             .collect();

@@ -272,6 +272,7 @@ impl GroupDb {
             quotas: BTreeMap::new(),
             gc: VecDeque::new(),
             retired_counts: HashMap::new(),
+            shared_refs: HashMap::new(),
         };
         self.scan(CF_BUCKETS, &[], &[], |k, _| {
             let bucket = String::from_utf8(k.to_vec())
@@ -333,6 +334,7 @@ impl GroupDb {
             state.gc.push_back(decode_row::<GcRow>("cold gc", v)?);
             Ok(true)
         })?;
+        state.recount_shared_refs();
         Ok(state)
     }
 

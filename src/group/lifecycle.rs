@@ -194,8 +194,34 @@ impl DiskGroupEngine {
         if row.hot_start_offset > 0 || !row.cold_chunks.is_empty() {
             self.enqueue_gc(tx, ColdGcTarget::Stream(id.clone()), 0);
         }
+        let shared = row
+            .cold_chunks
+            .iter()
+            .filter(|c| c.shared_object)
+            .map(|c| c.s3_path.clone())
+            .collect();
+        self.release_shared(tx, shared, 0);
         tx.delete_stream(&self.db, id);
         true
+    }
+
+    /// Drops one reference to each shared object in `paths`; objects nothing references any
+    /// more are queued for GC (as one entry), not before `not_before_ms`.
+    pub(crate) fn release_shared(&mut self, tx: &mut Tx, paths: Vec<String>, not_before_ms: u64) {
+        let mut reclaim = Vec::new();
+        for path in paths {
+            let Some(refs) = self.state.shared_refs.get_mut(&path) else {
+                continue;
+            };
+            *refs = refs.saturating_sub(1);
+            if *refs == 0 {
+                self.state.shared_refs.remove(&path);
+                reclaim.push(path);
+            }
+        }
+        if !reclaim.is_empty() {
+            self.enqueue_gc(tx, ColdGcTarget::Paths(reclaim), not_before_ms);
+        }
     }
 
     /// Appends a cold-GC entry.

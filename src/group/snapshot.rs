@@ -315,6 +315,7 @@ impl DiskGroupEngine {
             tx.put_stream(&self.db, &id, &row);
             state.streams.insert(id, row);
         }
+        state.recount_shared_refs();
         let previous = std::mem::replace(&mut self.state, state);
         if let Err(e) = self.commit(tx) {
             self.state = previous;
@@ -384,9 +385,10 @@ fn validate_snapshot(snapshot: &StreamSnapshot) -> Result<(), GroupEngineError> 
                     ))
                 })?;
         }
-        if !entry.external_segments.is_empty() || entry.cold_chunks.iter().any(|c| c.shared_object)
-        {
-            return Err(GroupEngineError::new(format!("snapshot stream '{id}' uses external or shared objects, which Strata does not support")));
+        if !entry.external_segments.is_empty() {
+            return Err(GroupEngineError::new(format!(
+                "snapshot stream '{id}' uses external payload objects, which Strata does not support"
+            )));
         }
         let payload = entry.payload.len() as u64;
         let retained = entry.retained_offset.unwrap_or(0);

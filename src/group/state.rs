@@ -31,6 +31,8 @@ pub(crate) struct GroupState {
     /// Append counts of streams removed by expiry or purge: a stream recreated under the same
     /// id continues its count (only an explicit delete forgets it), as in ursula.
     pub retired_counts: HashMap<BucketStreamId, u64>,
+    /// Live references to shared (packed) cold objects, derived from the streams' chunks.
+    pub shared_refs: HashMap<String, u64>,
 }
 
 impl GroupState {
@@ -48,6 +50,16 @@ impl GroupState {
         from.min(row.metadata.tail_offset)
     }
 
+    /// Recounts the references to shared cold objects from every stream's chunks.
+    pub fn recount_shared_refs(&mut self) {
+        self.shared_refs.clear();
+        for row in self.streams.values() {
+            for chunk in row.cold_chunks.iter().filter(|c| c.shared_object) {
+                *self.shared_refs.entry(chunk.s3_path.clone()).or_default() += 1;
+            }
+        }
+    }
+
     /// Hot bytes of the whole group.
     pub fn group_hot_bytes(&self) -> u64 {
         self.streams.values().map(Self::stream_hot_bytes).sum()
@@ -61,6 +73,7 @@ impl GroupState {
 pub(crate) struct Stash {
     streams: Vec<StreamStash>,
     usage: Vec<(String, Option<UsageRow>)>,
+    shared_refs: Vec<(String, Option<u64>)>,
     commit_index: u64,
     next_gc_seq: u64,
     gc_len: usize,
@@ -93,9 +106,26 @@ impl GroupState {
                 usage.push((id.bucket_id.clone(), self.usage.get(&id.bucket_id).copied()));
             }
         }
+        let mut shared_refs: Vec<(String, Option<u64>)> = Vec::new();
+        for s in &streams {
+            for chunk in s
+                .row
+                .iter()
+                .flat_map(|r| r.cold_chunks.iter())
+                .filter(|c| c.shared_object)
+            {
+                if !shared_refs.iter().any(|(p, _)| *p == chunk.s3_path) {
+                    shared_refs.push((
+                        chunk.s3_path.clone(),
+                        self.shared_refs.get(&chunk.s3_path).copied(),
+                    ));
+                }
+            }
+        }
         Stash {
             streams,
             usage,
+            shared_refs,
             commit_index: self.commit_index,
             next_gc_seq: self.next_gc_seq,
             gc_len: self.gc.len(),
@@ -120,6 +150,9 @@ impl GroupState {
                 Some(u) => self.usage.insert(bucket, u),
                 None => self.usage.remove(&bucket),
             };
+        }
+        for (path, refs) in stash.shared_refs {
+            put(&mut self.shared_refs, path, refs);
         }
         self.commit_index = stash.commit_index;
         self.next_gc_seq = stash.next_gc_seq;
