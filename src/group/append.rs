@@ -4,9 +4,8 @@
 
 use bytes::Bytes;
 use ursula_runtime::{
-    AppendBatchRequest, AppendRequest, AppendResponse, AppendTransactionRequest,
-    AppendTransactionResponse, CloseStreamRequest, CloseStreamResponse, ColdWriteAdmission,
-    GroupAppendBatchResponse, GroupEngineError,
+    AppendBatchRequest, AppendRequest, AppendResponse, CloseStreamRequest, CloseStreamResponse,
+    ColdWriteAdmission, GroupAppendBatchResponse, GroupEngineError,
 };
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
@@ -15,9 +14,11 @@ use ursula_stream::{
 };
 
 use super::db::Tx;
-use super::lifecycle::{integrity_append, validate_producer};
+use super::integrity::integrity_append;
+use super::lifecycle::validate_producer;
+use super::producers::ProducerDecision;
 use super::records;
-use super::rows::{MessageRow, ProducerRow, ReceiptRow};
+use super::rows::MessageRow;
 use super::state::{is_closed, renew_ttl, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine};
 
@@ -69,144 +70,14 @@ pub(crate) enum AppendOutcome {
     },
 }
 
-/// What the producer header means for an append.
-enum ProducerDecision {
-    Accept,
-    Duplicate {
-        receipt: ReceiptRow,
-        producer: ProducerRequest,
-    },
-}
-
 /// A validated append, ready to be written.
 pub(crate) struct PlannedAppend {
-    input: AppendInput,
+    pub(crate) input: AppendInput,
     /// Record ends of the payload (JSON streams).
     ends: Vec<u64>,
 }
 
 impl DiskGroupEngine {
-    fn evaluate_producer(
-        &self,
-        id: &BucketStreamId,
-        producer: Option<&ProducerRequest>,
-    ) -> Result<ProducerDecision, GroupEngineError> {
-        let Some(p) = producer else {
-            return Ok(ProducerDecision::Accept);
-        };
-        let Some(state) = self
-            .state
-            .producers
-            .get(id)
-            .and_then(|m| m.get(&p.producer_id))
-        else {
-            if p.producer_seq == 0 || !self.state.streams.contains_key(id) {
-                return Ok(ProducerDecision::Accept);
-            }
-            return Err(seq_conflict(
-                p,
-                0,
-                format!(
-                    "producer '{}' expected sequence 0, received {}",
-                    p.producer_id, p.producer_seq
-                ),
-            ));
-        };
-        if p.producer_epoch < state.epoch {
-            return Err(GroupEngineError::stream_with_context(
-                StreamErrorCode::ProducerEpochStale,
-                format!(
-                    "producer '{}' epoch {} is stale; current epoch is {}",
-                    p.producer_id, p.producer_epoch, state.epoch
-                ),
-                None,
-                vec![StreamErrorContext::ProducerEpochStale {
-                    current_epoch: state.epoch,
-                }],
-            ));
-        }
-        if p.producer_epoch > state.epoch {
-            if p.producer_seq == 0 {
-                return Ok(ProducerDecision::Accept);
-            }
-            return Err(stream_error(
-                StreamErrorCode::InvalidProducer,
-                format!(
-                    "producer '{}' new epoch {} must start at sequence 0",
-                    p.producer_id, p.producer_epoch
-                ),
-            ));
-        }
-        if p.producer_seq <= state.seq {
-            let Some(receipt) = self.db.receipt(id, &p.producer_id, p.producer_seq)? else {
-                return Err(seq_conflict(p, state.seq + 1, format!(
-                    "producer '{}' sequence {} is older than the retained receipt window ending at {}",
-                    p.producer_id, p.producer_seq, state.seq
-                )));
-            };
-            return Ok(ProducerDecision::Duplicate {
-                receipt,
-                producer: ProducerRequest {
-                    producer_id: p.producer_id.clone(),
-                    producer_epoch: state.epoch,
-                    producer_seq: p.producer_seq,
-                },
-            });
-        }
-        if p.producer_seq == state.seq + 1 {
-            return Ok(ProducerDecision::Accept);
-        }
-        Err(seq_conflict(
-            p,
-            state.seq + 1,
-            format!(
-                "producer '{}' expected sequence {}, received {}",
-                p.producer_id,
-                state.seq + 1,
-                p.producer_seq
-            ),
-        ))
-    }
-
-    /// Records an accepted producer sequence with its receipt.
-    fn record_producer(
-        &mut self,
-        tx: &mut Tx,
-        id: &BucketStreamId,
-        p: &ProducerRequest,
-        items: Vec<ProducerAppendRecord>,
-    ) {
-        let Some(last) = items.last().cloned() else {
-            return;
-        };
-        let heads = self.state.producers.entry(id.clone()).or_default();
-        let reset = heads
-            .get(&p.producer_id)
-            .is_none_or(|h| h.epoch != p.producer_epoch);
-        let row = ProducerRow {
-            epoch: p.producer_epoch,
-            seq: p.producer_seq,
-            last_start_offset: last.start_offset,
-            last_next_offset: last.next_offset,
-            last_closed: last.closed,
-            last_items: items.clone(),
-        };
-        tx.put_producer(&self.db, id, &p.producer_id, &row, reset);
-        tx.put_receipt(
-            &self.db,
-            id,
-            &p.producer_id,
-            p.producer_seq,
-            &ReceiptRow {
-                start_offset: last.start_offset,
-                next_offset: last.next_offset,
-                closed: last.closed,
-                items,
-            },
-        );
-        heads.insert(p.producer_id.clone(), row);
-    }
-
     /// Checks one append against the stream (ursula's order of checks). `Ok(Err(outcome))` is an
     /// answer without a write (a duplicate); `Ok(Ok(plan))` must then be applied.
     pub(crate) fn plan_append(
@@ -918,164 +789,4 @@ impl DiskGroupEngine {
             items: responses,
         })
     }
-
-    /// `append_transaction`: appends to several streams of one bucket and affinity key, all or
-    /// none: every payload is written in one payload-log round and every state change in one
-    /// commit. Operations are checked in order against the state the earlier ones leave.
-    pub(crate) async fn append_transaction_inner(
-        &mut self,
-        request: AppendTransactionRequest,
-        placement: ShardPlacement,
-        admission: ColdWriteAdmission,
-    ) -> Result<AppendTransactionResponse, GroupEngineError> {
-        let operations = request.operations;
-        let Some(first) = operations.first() else {
-            return Err(GroupEngineError::new(
-                "append transaction must contain at least one operation",
-            ));
-        };
-        let total: u64 = operations.iter().map(|op| op.payload.len() as u64).sum();
-        self.check_admission(&first.stream_id, admission, total)?;
-        let bucket = first.stream_id.bucket_id.clone();
-        let Some(affinity) = first.stream_id.affinity_key.clone() else {
-            return Err(stream_error(
-                StreamErrorCode::InvalidStreamId,
-                "append transaction streams must use path affinity",
-            ));
-        };
-        for op in &operations {
-            let id = &op.stream_id;
-            if id.bucket_id != bucket || id.affinity_key.as_deref() != Some(affinity.as_str()) {
-                return Err(stream_error(
-                    StreamErrorCode::InvalidStreamId,
-                    "append transaction streams must share one bucket and affinity key",
-                ));
-            }
-            let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
-            if super::state::is_expired(&row.metadata, op.now_ms) {
-                return Err(not_found(id));
-            }
-        }
-        let inputs: Vec<AppendInput> = operations.into_iter().map(AppendInput::from).collect();
-        // Dry run on a scratch copy of memory: which operations write, and do all of them pass?
-        let ids: Vec<BucketStreamId> = inputs.iter().map(|i| i.stream_id.clone()).collect();
-        let saved = self.state.stash(&ids);
-        let dry = self.run_transaction(&inputs, None);
-        self.state.restore(saved);
-        let writes = dry?;
-        // Payloads of the writing operations, in one durability round.
-        let items: Vec<(BucketStreamId, u32, Vec<Bytes>)> = inputs
-            .iter()
-            .zip(&writes)
-            .map(|(input, writes)| {
-                let partition = self
-                    .state
-                    .streams
-                    .get(&input.stream_id)
-                    .map_or(0, |r| r.partition);
-                let payloads = if *writes {
-                    vec![input.payload.clone()]
-                } else {
-                    Vec::new()
-                };
-                (input.stream_id.clone(), partition, payloads)
-            })
-            .collect();
-        let now_ms = inputs.first().map_or(0, |i| i.now_ms);
-        let offsets = self.payloads.append_many(items, now_ms).await?;
-        let offsets: Vec<Option<u64>> = offsets.into_iter().map(|o| o.first().copied()).collect();
-        let mut tx = Tx::default();
-        let saved = self.state.stash(&ids);
-        let applied = match self.run_transaction_into(&mut tx, &inputs, Some(&offsets)) {
-            Ok(applied) => applied,
-            Err(e) => {
-                self.state.restore(saved);
-                return Err(e);
-            }
-        };
-        let group_hot = self.state.group_hot_bytes();
-        let mut responses = Vec::with_capacity(applied.len());
-        for (input, (outcome, count, commit)) in inputs.iter().zip(applied) {
-            let mut response = self.append_response(&input.stream_id, outcome, placement)?;
-            response.stream_append_count = count;
-            response.group_commit_index = commit;
-            response.group_hot_bytes = group_hot;
-            responses.push(response);
-        }
-        self.commit(tx)?;
-        Ok(AppendTransactionResponse {
-            placement,
-            items: responses,
-        })
-    }
-
-    /// Dry run of a transaction: which operations append bytes.
-    fn run_transaction(
-        &mut self,
-        inputs: &[AppendInput],
-        offsets: Option<&[Option<u64>]>,
-    ) -> Result<Vec<bool>, GroupEngineError> {
-        let mut scratch = Tx::default();
-        let applied = self.run_transaction_into(&mut scratch, inputs, offsets)?;
-        Ok(applied
-            .iter()
-            .map(|(o, _, _)| {
-                matches!(
-                    o,
-                    AppendOutcome::Appended {
-                        deduplicated: false,
-                        ..
-                    }
-                )
-            })
-            .collect())
-    }
-
-    /// Plans and applies each operation in order into `tx`; `offsets` are the payload records
-    /// (None in a dry run). Returns each outcome with the stream's append count and the commit
-    /// index right after it.
-    fn run_transaction_into(
-        &mut self,
-        tx: &mut Tx,
-        inputs: &[AppendInput],
-        offsets: Option<&[Option<u64>]>,
-    ) -> Result<Vec<(AppendOutcome, u64, u64)>, GroupEngineError> {
-        let mut out = Vec::with_capacity(inputs.len());
-        for (i, input) in inputs.iter().enumerate() {
-            let outcome = match self.plan_append(tx, input.clone())? {
-                Err(answer) => answer,
-                Ok(plan) => {
-                    let log_offset = match offsets {
-                        Some(offsets) => offsets.get(i).copied().flatten(),
-                        None => (!plan.input.payload.is_empty()).then_some(0),
-                    };
-                    self.apply_append(tx, plan, log_offset)?
-                }
-            };
-            if matches!(outcome, AppendOutcome::Closed { .. }) {
-                return Err(GroupEngineError::new(
-                    "append transaction operations must carry payload",
-                ));
-            }
-            let count = self
-                .state
-                .streams
-                .get(&input.stream_id)
-                .map_or(0, |r| r.append_count);
-            out.push((outcome, count, self.state.commit_index));
-        }
-        Ok(out)
-    }
-}
-
-fn seq_conflict(p: &ProducerRequest, expected: u64, message: String) -> GroupEngineError {
-    GroupEngineError::stream_with_context(
-        StreamErrorCode::ProducerSeqConflict,
-        message,
-        None,
-        vec![StreamErrorContext::ProducerSeqConflict {
-            expected_seq: expected,
-            received_seq: p.producer_seq,
-        }],
-    )
 }

@@ -14,11 +14,12 @@ use ursula_stream::{
 };
 
 use super::db::Tx;
+use super::integrity::integrity_append;
 use super::payload::PayloadLog;
 use super::records;
 use super::rows::{MessageRow, ProducerRow, ReceiptRow, RecordCursor, StreamRow};
 use super::state::{compare_ids, expiry_at_ms, is_expired, renew_ttl};
-use super::{not_found, stream_error, DiskGroupEngine, GroupError};
+use super::{not_found, stream_error, DiskGroupEngine};
 
 /// Streams removed by one TTL sweep at most (ursula's bound).
 const SWEEP_MAX_STREAMS: usize = 256;
@@ -26,8 +27,6 @@ const SWEEP_MAX_STREAMS: usize = 256;
 const MAX_ATTRS_BYTES: usize = 16 * 1024;
 /// Largest producer epoch or sequence (JavaScript's safe integer).
 const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
-/// One write unit of usage accounting.
-const WRITE_UNIT_BYTES: u64 = 10 * 1024;
 
 /// Empty attributes are no attributes.
 pub(crate) fn normalize_attrs(attrs: Option<StreamAttrs>) -> Option<StreamAttrs> {
@@ -104,59 +103,6 @@ pub(crate) fn validate_producer(
             ),
         ));
     }
-    Ok(())
-}
-
-/// Records one accepted append in the integrity setsums (ursula's record digest).
-pub(crate) fn integrity_append(
-    row: &mut StreamRow,
-    id: &BucketStreamId,
-    start: u64,
-    end: u64,
-    payload: &[u8],
-) -> Result<(), GroupError> {
-    if start == end {
-        return Ok(());
-    }
-    let start_b = start.to_le_bytes();
-    let end_b = end.to_le_bytes();
-    let mut item: Vec<&[u8]> = match &id.affinity_key {
-        Some(affinity) => vec![
-            b"ursula-stream-record-v2",
-            id.bucket_id.as_bytes(),
-            b"\0",
-            affinity.as_bytes(),
-            b"\0",
-            id.stream_id.as_bytes(),
-            b"\0",
-            &start_b,
-            &end_b,
-            b"inline",
-        ],
-        None => vec![
-            b"ursula-stream-record-v1",
-            id.bucket_id.as_bytes(),
-            b"\0",
-            id.stream_id.as_bytes(),
-            b"\0",
-            &start_b,
-            &end_b,
-            b"inline",
-        ],
-    };
-    item.push(payload);
-    let mut record = setsum::Setsum::default();
-    record.insert_vectored(&item);
-    let parse = |hex: &str| {
-        setsum::Setsum::from_hexdigest(hex).ok_or_else(|| {
-            GroupError::Corrupt(format!("stream '{id}' has an unreadable integrity setsum"))
-        })
-    };
-    let live = parse(&row.live_setsum)? + record;
-    let total = parse(&row.total_setsum)? + record;
-    row.live_setsum = live.hexdigest();
-    row.total_setsum = total.hexdigest();
-    row.total_records = row.total_records.saturating_add(1);
     Ok(())
 }
 
@@ -273,97 +219,6 @@ impl DiskGroupEngine {
             tx.put_bucket(&self.db, &id.bucket_id);
         }
         Ok(())
-    }
-
-    /// Checks a new stream against the bucket's quota.
-    fn check_create_quota(&self, bucket: &str, initial: u64) -> Result<(), GroupEngineError> {
-        let Some(quota) = self.state.quotas.get(bucket) else {
-            return Ok(());
-        };
-        let usage = self.state.usage.get(bucket).copied().unwrap_or_default();
-        if let Some(max) = quota.max_streams {
-            if usage.stream_count >= max {
-                return Err(stream_error(
-                    StreamErrorCode::QuotaExceeded,
-                    format!(
-                        "bucket '{bucket}' stream-count quota exceeded in this group ({max} max)"
-                    ),
-                ));
-            }
-        }
-        self.check_retained_quota(bucket, initial)
-    }
-
-    /// Checks `incoming` more retained bytes against the bucket's quota.
-    pub(crate) fn check_retained_quota(
-        &self,
-        bucket: &str,
-        incoming: u64,
-    ) -> Result<(), GroupEngineError> {
-        let Some(quota) = self.state.quotas.get(bucket) else {
-            return Ok(());
-        };
-        let Some(max) = quota.max_retained_bytes else {
-            return Ok(());
-        };
-        let usage = self.state.usage.get(bucket).copied().unwrap_or_default();
-        if usage.retained_bytes.saturating_add(incoming) > max {
-            return Err(stream_error(
-                StreamErrorCode::QuotaExceeded,
-                format!(
-                    "bucket '{bucket}' retained-bytes quota exceeded in this group ({max} max)"
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Counts an accepted append (or a created stream's initial payload) in the usage.
-    pub(crate) fn usage_on_append(
-        &mut self,
-        tx: &mut Tx,
-        bucket: &str,
-        bytes: u64,
-        records: u64,
-        created: bool,
-    ) {
-        let usage = self.state.usage.entry(bucket.to_string()).or_default();
-        if created {
-            usage.stream_count = usage.stream_count.saturating_add(1);
-        }
-        usage.committed_append_bytes = usage.committed_append_bytes.saturating_add(bytes);
-        usage.committed_records = usage.committed_records.saturating_add(records);
-        usage.committed_write_units = usage
-            .committed_write_units
-            .saturating_add(bytes.div_ceil(WRITE_UNIT_BYTES).max(1));
-        usage.retained_bytes = usage.retained_bytes.saturating_add(bytes);
-        self.save_usage(tx, bucket);
-    }
-
-    /// Rejects with `ColdBackpressure` when `incoming` more hot bytes would pass the limit.
-    pub(crate) fn check_admission(
-        &self,
-        id: &BucketStreamId,
-        admission: ColdWriteAdmission,
-        incoming: u64,
-    ) -> Result<(), GroupEngineError> {
-        let Some(limit) = admission.max_hot_bytes_per_group else {
-            return Ok(());
-        };
-        if incoming == 0 {
-            return Ok(());
-        }
-        let before = self.state.group_hot_bytes();
-        let after = before.saturating_add(incoming);
-        if after <= limit {
-            return Ok(());
-        }
-        Err(GroupEngineError::cold_backpressure(
-            id.clone(),
-            before,
-            after,
-            limit,
-        ))
     }
 
     /// Commits what `tx` holds and returns `result` (ursula keeps side effects, such as a bucket
