@@ -40,6 +40,7 @@
 mod append;
 mod checkpoint;
 mod cold_ops;
+mod cold_worker;
 mod db;
 mod integrity;
 pub mod keys;
@@ -67,7 +68,7 @@ use crate::log::LogOptions;
 use crate::store::Store;
 use crate::StoreError;
 
-pub use cold_ops::{cold_chunk_prefix, new_cold_object_path, ColdGcReport};
+pub use cold_worker::{cold_chunk_prefix, new_cold_object_path, ColdGcReport};
 pub use db::GROUP_STATE_VERSION;
 pub use payload::PAYLOAD_PARTITIONS;
 pub use read::MAX_READ_BYTES;
