@@ -164,8 +164,7 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<ReadSnapshotResponse, GroupEngineError> {
         let id = &request.stream_id;
-        self.ensure_access(id, request.now_ms, true, placement)?;
-        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let row = self.accessed_row(id, request.now_ms, true, placement)?;
         let snapshot = match (request.snapshot_offset, &row.visible_snapshot) {
             (Some(offset), Some(s)) if s.offset == offset => s.clone(),
             (Some(offset), _) => {
@@ -202,8 +201,7 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<(), GroupEngineError> {
         let id = &request.stream_id;
-        self.ensure_access(id, request.now_ms, false, placement)?;
-        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let row = self.accessed_row(id, request.now_ms, false, placement)?;
         let offset = request.snapshot_offset;
         match &row.visible_snapshot {
             Some(s) if s.offset == offset => Err(stream_error(
@@ -225,12 +223,8 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<BootstrapStreamResponse, GroupEngineError> {
         let id = request.stream_id.clone();
-        self.ensure_access(&id, request.now_ms, true, placement)?;
         let row = self
-            .state
-            .streams
-            .get(&id)
-            .ok_or_else(|| not_found(&id))?
+            .accessed_row(&id, request.now_ms, true, placement)?
             .clone();
         let from = row.visible_snapshot.as_ref().map_or(0, |s| s.offset);
         let ranges: Vec<(u64, u64)> = self

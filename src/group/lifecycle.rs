@@ -597,6 +597,18 @@ impl DiskGroupEngine {
         Ok(())
     }
 
+    /// The stream's row once the access rule has run (see [`Self::ensure_access`]).
+    pub(crate) fn accessed_row(
+        &mut self,
+        id: &BucketStreamId,
+        now_ms: u64,
+        renew: bool,
+        placement: ShardPlacement,
+    ) -> Result<&StreamRow, GroupEngineError> {
+        self.ensure_access(id, now_ms, renew, placement)?;
+        self.state.streams.get(id).ok_or_else(|| not_found(id))
+    }
+
     /// `purge_bucket`: removes every stream of the bucket, the bucket and its quota.
     pub(crate) fn purge_bucket_inner(
         &mut self,

@@ -25,12 +25,8 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<ReadStreamResponse, GroupEngineError> {
         let id = request.stream_id.clone();
-        self.ensure_access(&id, request.now_ms, true, placement)?;
         let row = self
-            .state
-            .streams
-            .get(&id)
-            .ok_or_else(|| not_found(&id))?
+            .accessed_row(&id, request.now_ms, true, placement)?
             .clone();
         if is_expired(&row.metadata, request.now_ms) {
             return Err(not_found(&id));
@@ -247,8 +243,7 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<HeadStreamResponse, GroupEngineError> {
         let id = &request.stream_id;
-        self.ensure_access(id, request.now_ms, false, placement)?;
-        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let row = self.accessed_row(id, request.now_ms, false, placement)?;
         let m = &row.metadata;
         Ok(HeadStreamResponse {
             placement,
@@ -273,8 +268,7 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<GetStreamAttrsResponse, GroupEngineError> {
         let id = &request.stream_id;
-        self.ensure_access(id, request.now_ms, false, placement)?;
-        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let row = self.accessed_row(id, request.now_ms, false, placement)?;
         Ok(GetStreamAttrsResponse {
             placement,
             attrs: row.attrs.clone(),
