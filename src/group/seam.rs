@@ -95,7 +95,11 @@ impl GroupEngine for DiskGroupEngine {
         request: DeleteStreamRequest,
         placement: ShardPlacement,
     ) -> GroupDeleteStreamFuture<'a> {
-        Box::pin(async move { self.delete_stream_inner(&request.stream_id, placement) })
+        Box::pin(async move {
+            let response = self.delete_stream_inner(&request.stream_id, placement)?;
+            self.reclaim_hot_segments()?;
+            Ok(response)
+        })
     }
 
     fn append<'a>(
