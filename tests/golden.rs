@@ -373,6 +373,7 @@ mod group_state {
             }],
             partition: 3,
             records: None,
+            external_hot: 0,
         };
         let b = vector(
             "group_stream_row_v1.json.bin",

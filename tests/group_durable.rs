@@ -519,18 +519,36 @@ async fn group_snapshots_move_between_strata_and_the_in_memory_engine() {
     drop((store, fresh));
 }
 
+fn external(stream: &BucketStreamId, path: &str, len: u64, size: u64) -> ExternalPayloadRef {
+    let _ = stream;
+    ExternalPayloadRef {
+        s3_path: path.into(),
+        payload_len: len,
+        object_size: size,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unsupported_shapes_are_refused_with_clear_errors() {
+async fn external_payloads_are_served_from_their_objects_across_flushes_and_restarts() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (_store, mut engine) = open(dir.path());
-    let external = CreateStreamExternalRequest {
-        stream_id: BucketStreamId::new("refuse", "e"),
+    let (store, mut engine) = open(dir.path());
+    let id = BucketStreamId::new("tenant", "ext");
+    let first: Vec<u8> = (0..100u8).collect();
+    let second: Vec<u8> = (0..250u32).map(|i| (i * 7) as u8).collect();
+    engine
+        .cold_store()
+        .put("tenant/ext/external/one.bin", Bytes::from(first.clone()))
+        .await
+        .expect("upload");
+    engine
+        .cold_store()
+        .put("tenant/ext/external/two.bin", Bytes::from(second.clone()))
+        .await
+        .expect("upload");
+    let bad = |len, size| CreateStreamExternalRequest {
+        stream_id: id.clone(),
         content_type: CT.into(),
-        initial_payload: ExternalPayloadRef {
-            s3_path: "x".into(),
-            payload_len: 1,
-            object_size: 1,
-        },
+        initial_payload: external(&id, "tenant/ext/external/one.bin", len, size),
         record_ends: Vec::new(),
         close_after: false,
         stream_seq: None,
@@ -540,15 +558,120 @@ async fn unsupported_shapes_are_refused_with_clear_errors() {
         attrs: None,
         now_ms: 1,
     };
-    assert!(engine
-        .create_stream_external(external, p())
+    assert_eq!(
+        code(engine.create_stream_external(bad(0, 100), p()).await),
+        Some(StreamErrorCode::EmptyAppend)
+    );
+    assert_eq!(
+        code(engine.create_stream_external(bad(100, 10), p()).await),
+        Some(StreamErrorCode::InvalidColdFlush)
+    );
+    let created = engine
+        .create_stream_external(bad(100, 100), p())
         .await
-        .expect_err("external refused")
-        .infra()
-        .is_some());
+        .expect("create external");
+    assert_eq!(created.next_offset, 100);
+    let head = engine
+        .head_stream(
+            HeadStreamRequest {
+                stream_id: id.clone(),
+                now_ms: 2,
+            },
+            p(),
+        )
+        .await
+        .expect("head");
+    assert_eq!(
+        head.cold_hot_start_offset, 100,
+        "external bytes are not hot"
+    );
+    let inline = |bytes: &'static [u8]| {
+        let mut r = AppendRequest::from_bytes(id.clone(), Bytes::from_static(bytes));
+        r.content_type = CT.into();
+        r
+    };
+    engine
+        .append(
+            inline(b"hot bytes between the objects, fifty bytes long..!"),
+            p(),
+            none(),
+        )
+        .await
+        .expect("inline");
+    let ext = ursula_runtime::AppendExternalRequest {
+        stream_id: id.clone(),
+        content_type: CT.into(),
+        payload: external(&id, "tenant/ext/external/two.bin", 200, 250),
+        record_ends: Vec::new(),
+        close_after: false,
+        stream_seq: None,
+        producer: None,
+        now_ms: 3,
+        record_match: None,
+    };
+    let appended = engine
+        .append_external(ext, p())
+        .await
+        .expect("append external");
+    assert_eq!((appended.start_offset, appended.next_offset), (150, 350));
+    assert_eq!(appended.stream_hot_bytes, 50, "only inline bytes are hot");
+    engine
+        .append(inline(b"and a hot tail, thirty bytes."), p(), none())
+        .await
+        .expect("inline");
+    let mut model = first.clone();
+    model.extend_from_slice(b"hot bytes between the objects, fifty bytes long..!");
+    model.extend_from_slice(&second[..200]);
+    model.extend_from_slice(b"and a hot tail, thirty bytes.");
+    assert_eq!(read(&mut engine, &id, 0, 4).await.expect("read"), model);
+    // A flush takes the contiguous hot run only, and the hot start then skips the external bytes.
+    let hot_start = engine
+        .flush_stream_cold(&id, 1 << 20, p())
+        .await
+        .expect("flush")
+        .expect("flushed");
+    assert_eq!(hot_start, 350);
+    assert_eq!(engine.backlog_bytes(&id), 29);
+    assert_eq!(read(&mut engine, &id, 0, 5).await.expect("read"), model);
+    assert!(engine.verify().await.is_clean());
+    let (store, mut engine) = reopen(dir.path(), store, engine);
+    assert_eq!(
+        read(&mut engine, &id, 120, 6).await.expect("read"),
+        model[120..]
+    );
+    // The external segments travel in the group snapshot.
+    let snapshot = engine.snapshot(p()).await.expect("snapshot");
+    assert_eq!(
+        snapshot.stream_snapshot.streams[0].external_segments.len(),
+        2
+    );
+    drop((store, engine));
+    let other = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(other.path()).expect("store"));
+    let cold = ColdStore::local(&dir.path().join("cold")).expect("same objects");
+    let mut fresh =
+        DiskGroupEngine::open(&store, "durable", cold, GroupOptions::default()).expect("engine");
+    fresh.install_snapshot(snapshot).await.expect("install");
+    assert_eq!(
+        read(&mut fresh, &id, 0, 7)
+            .await
+            .expect("read after install"),
+        model
+    );
+    // A missing external object is reported by path.
+    std::fs::remove_file(dir.path().join("cold/tenant/ext/external/two.bin")).expect("delete");
+    let report = fresh.verify().await;
+    assert!(
+        !report.is_clean() && report.findings[0].problem.contains("two.bin")
+            || report
+                .findings
+                .iter()
+                .any(|f| f.problem.contains("not found") || f.problem.contains("No such")),
+        "{report:?}"
+    );
     assert_eq!(
         code(
-            engine
+            fresh
                 .create_stream(create(&BucketStreamId::new("no", "x"), 1), p(), none())
                 .await
         ),
@@ -812,4 +935,141 @@ async fn json_record_coordinates_survive_restarts_and_travel_in_snapshots() {
             .payload,
         b"{\"c\":3}\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_payloads_answer_like_the_in_memory_engine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_store, mut engine) = open(dir.path());
+    let oracle_cold = Arc::new(ursula_runtime::ColdStore::memory().expect("memory store"));
+    let mut oracle = InMemoryGroupEngine::with_cold_store(oracle_cold.clone());
+    let id = BucketStreamId::new("tenant", "ext-diff");
+    let object: Vec<u8> = (0..64u8).collect();
+    for path in [
+        "tenant/ext-diff/external/a.bin",
+        "tenant/ext-diff/external/b.bin",
+    ] {
+        engine
+            .cold_store()
+            .put(path, Bytes::from(object.clone()))
+            .await
+            .expect("upload");
+        oracle_cold
+            .write_chunk(path, &object)
+            .await
+            .expect("upload");
+    }
+    let create = CreateStreamExternalRequest {
+        stream_id: id.clone(),
+        content_type: CT.into(),
+        initial_payload: ExternalPayloadRef {
+            s3_path: "tenant/ext-diff/external/a.bin".into(),
+            payload_len: 40,
+            object_size: 64,
+        },
+        record_ends: Vec::new(),
+        close_after: false,
+        stream_seq: None,
+        producer: None,
+        stream_ttl_seconds: None,
+        stream_expires_at_ms: None,
+        attrs: None,
+        now_ms: 1,
+    };
+    assert_eq!(
+        engine
+            .create_stream_external(create.clone(), p())
+            .await
+            .expect("create"),
+        oracle
+            .create_stream_external(create, p())
+            .await
+            .expect("create")
+    );
+    let inline = append(&id, b"inline bytes", 2, Some((0, 0)));
+    assert_eq!(
+        engine
+            .append(inline.clone(), p(), none())
+            .await
+            .expect("inline"),
+        oracle.append(inline, p(), none()).await.expect("inline")
+    );
+    let ext = ursula_runtime::AppendExternalRequest {
+        stream_id: id.clone(),
+        content_type: CT.into(),
+        payload: ExternalPayloadRef {
+            s3_path: "tenant/ext-diff/external/b.bin".into(),
+            payload_len: 64,
+            object_size: 64,
+        },
+        record_ends: Vec::new(),
+        close_after: false,
+        stream_seq: None,
+        producer: Some(ProducerRequest {
+            producer_id: "writer".into(),
+            producer_epoch: 0,
+            producer_seq: 1,
+        }),
+        now_ms: 3,
+        record_match: None,
+    };
+    assert_eq!(
+        engine
+            .append_external(ext.clone(), p())
+            .await
+            .expect("external"),
+        oracle
+            .append_external(ext.clone(), p())
+            .await
+            .expect("external")
+    );
+    // The retry is answered from the producer's receipt by both.
+    assert_eq!(
+        engine
+            .append_external(ext.clone(), p())
+            .await
+            .expect("retry"),
+        oracle.append_external(ext, p()).await.expect("retry")
+    );
+    let h = HeadStreamRequest {
+        stream_id: id.clone(),
+        now_ms: 4,
+    };
+    assert_eq!(
+        engine.head_stream(h.clone(), p()).await.expect("head"),
+        oracle.head_stream(h, p()).await.expect("head")
+    );
+    for offset in [0, 30, 45, 52, 100] {
+        let r = ReadStreamRequest {
+            stream_id: id.clone(),
+            offset,
+            max_len: 1 << 10,
+            now_ms: 5,
+            record: None,
+            max_records: None,
+        };
+        assert_eq!(
+            engine.read_stream(r.clone(), p()).await.expect("read"),
+            oracle.read_stream(r, p()).await.expect("read"),
+            "read at {offset}"
+        );
+    }
+    let plan = plan_all(&id);
+    assert_eq!(
+        engine
+            .plan_cold_flush(plan.clone(), p())
+            .await
+            .expect("plan"),
+        oracle.plan_cold_flush(plan, p()).await.expect("plan"),
+        "flush candidates stop at the external segment"
+    );
+}
+
+/// A plan request over all hot bytes.
+fn plan_all(id: &BucketStreamId) -> ursula_runtime::PlanColdFlushRequest {
+    ursula_runtime::PlanColdFlushRequest {
+        stream_id: id.clone(),
+        min_hot_bytes: 1,
+        max_flush_bytes: 1 << 20,
+    }
 }

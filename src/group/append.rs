@@ -4,17 +4,17 @@
 
 use bytes::Bytes;
 use ursula_runtime::{
-    AppendBatchRequest, AppendRequest, AppendResponse, CloseStreamRequest, CloseStreamResponse,
-    ColdWriteAdmission, GroupAppendBatchResponse, GroupEngineError,
+    AppendBatchRequest, AppendExternalRequest, AppendRequest, AppendResponse, CloseStreamRequest,
+    CloseStreamResponse, ColdWriteAdmission, GroupAppendBatchResponse, GroupEngineError,
 };
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
-    ProducerAppendRecord, ProducerRequest, StreamErrorCode, StreamErrorContext, StreamRecordRange,
-    StreamStatus,
+    ObjectPayloadRef, ProducerAppendRecord, ProducerRequest, StreamErrorCode, StreamErrorContext,
+    StreamRecordRange, StreamStatus,
 };
 
 use super::db::Tx;
-use super::integrity::integrity_append;
+use super::integrity::{integrity_append, integrity_external};
 use super::lifecycle::validate_producer;
 use super::producers::ProducerDecision;
 use super::records;
@@ -127,25 +127,7 @@ impl DiskGroupEngine {
         }
         if let Some(expected) = input.record_match {
             let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
-            match row.records {
-                None => {
-                    return Err(stream_error(
-                        StreamErrorCode::InvalidRecordBoundaries,
-                        "Stream-Record-Match requires active JSON record coordinates",
-                    ))
-                }
-                Some(cursor) if cursor.next != expected => {
-                    return Err(GroupEngineError::stream_with_context(
-                        StreamErrorCode::RecordPreconditionFailed,
-                        format!("record tail is {}, expected {expected}", cursor.next),
-                        Some(row.metadata.tail_offset),
-                        vec![StreamErrorContext::RecordTailMismatch {
-                            current_record: cursor.next,
-                        }],
-                    ))
-                }
-                Some(_) => {}
-            }
+            records::check_record_match(row, expected)?;
         }
         let ends = match &input.content_type {
             Some(content_type) => records::record_ends(content_type, &input.payload)?,
@@ -787,6 +769,158 @@ impl DiskGroupEngine {
         Ok(GroupAppendBatchResponse {
             placement,
             items: responses,
+        })
+    }
+}
+
+impl DiskGroupEngine {
+    /// `append_external`: the bytes stay in the caller's object; the stream records a segment
+    /// pointing at it (ursula's order of checks).
+    pub(crate) fn append_external_inner(
+        &mut self,
+        request: AppendExternalRequest,
+        placement: ShardPlacement,
+    ) -> Result<AppendResponse, GroupEngineError> {
+        let id = request.stream_id.clone();
+        self.ensure_access(&id, request.now_ms, false, placement)?;
+        let now_ms = request.now_ms;
+        let mut tx = Tx::default();
+        let outcome = self.apply_external(&mut tx, request);
+        self.sweep_expired(&mut tx, now_ms);
+        let response = outcome.and_then(|o| self.append_response(&id, o, placement));
+        self.finish(tx, response)
+    }
+
+    fn apply_external(
+        &mut self,
+        tx: &mut Tx,
+        request: AppendExternalRequest,
+    ) -> Result<AppendOutcome, GroupEngineError> {
+        let id = request.stream_id.clone();
+        let now_ms = request.now_ms;
+        let payload = request.payload;
+        super::lifecycle::validate_external(&payload)?;
+        self.validate_scope(&id)?;
+        validate_producer(request.producer.as_ref())?;
+        if !self.state.streams.contains_key(&id) {
+            return Err(not_found(&id));
+        }
+        if self.expire_if_due(tx, &id, now_ms) {
+            return Err(not_found(&id));
+        }
+        if let ProducerDecision::Duplicate { receipt, producer } =
+            self.evaluate_producer(&id, request.producer.as_ref())?
+        {
+            let record_range = self.record_range_for(
+                &id,
+                receipt.start_offset,
+                receipt.next_offset,
+                Some(&producer),
+            )?;
+            return Ok(AppendOutcome::Appended {
+                offset: receipt.start_offset,
+                next_offset: receipt.next_offset,
+                closed: receipt.closed,
+                deduplicated: true,
+                producer: Some(producer),
+                record_range,
+            });
+        }
+        let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+        if let Some(expected) = request.record_match {
+            records::check_record_match(row, expected)?;
+        }
+        let len = payload.payload_len;
+        let record_range = records::prepare(row, len, &request.record_ends)?;
+        let m = &row.metadata;
+        if is_closed(m) {
+            return Err(GroupEngineError::stream_with_context(
+                StreamErrorCode::StreamClosed,
+                format!("stream '{id}' is closed"),
+                Some(m.tail_offset),
+                vec![StreamErrorContext::StreamClosed],
+            ));
+        }
+        if request.content_type != m.content_type {
+            return Err(GroupEngineError::stream_with_next_offset(
+                StreamErrorCode::ContentTypeMismatch,
+                format!(
+                    "append content type '{}' does not match stream content type '{}'",
+                    request.content_type, m.content_type
+                ),
+                Some(m.tail_offset),
+            ));
+        }
+        if let (Some(incoming), Some(last)) = (&request.stream_seq, &m.last_stream_seq) {
+            if incoming <= last {
+                return Err(GroupEngineError::stream_with_next_offset(
+                    StreamErrorCode::StreamSeqConflict,
+                    format!(
+                        "stream sequence '{incoming}' is not greater than last sequence '{last}'"
+                    ),
+                    Some(m.tail_offset),
+                ));
+            }
+        }
+        self.check_retained_quota(&id.bucket_id, len)?;
+        let mut updated = row.clone();
+        let offset = updated.metadata.tail_offset;
+        let next_offset = offset + len;
+        updated.metadata.tail_offset = next_offset;
+        if let Some(seq) = request.stream_seq.clone() {
+            updated.metadata.last_stream_seq = Some(seq);
+        }
+        renew_ttl(&mut updated.metadata, now_ms);
+        if request.close_after {
+            updated.metadata.status = StreamStatus::Closed;
+        }
+        let closed = is_closed(&updated.metadata);
+        integrity_external(
+            &mut updated,
+            &id,
+            offset,
+            next_offset,
+            &payload.s3_path,
+            payload.object_size,
+        )?;
+        updated.append_count += 1;
+        // External bytes are not hot: with nothing hot above them the hot start moves past them.
+        if updated.hot_start_offset >= offset {
+            updated.hot_start_offset = next_offset;
+        } else {
+            updated.external_hot += len;
+        }
+        let segment = ObjectPayloadRef {
+            start_offset: offset,
+            end_offset: next_offset,
+            s3_path: payload.s3_path.clone(),
+            object_size: payload.object_size,
+            object_offset: 0,
+        };
+        tx.put_external(&self.db, &id, &segment);
+        self.state.streams.insert(id.clone(), updated);
+        self.commit_records(tx, &id, offset, &request.record_ends);
+        if let Some(p) = &request.producer {
+            let item = ProducerAppendRecord {
+                start_offset: offset,
+                next_offset,
+                closed,
+                record_start: record_range.map(|r| r.first_record),
+                record_next: record_range.map(|r| r.next_record),
+            };
+            self.record_producer(tx, &id, p, vec![item]);
+        }
+        self.save_stream(tx, &id);
+        self.state.commit_index += 1;
+        let count = records::record_count(&request.record_ends, len);
+        self.usage_on_append(tx, &id.bucket_id, len, count, false);
+        Ok(AppendOutcome::Appended {
+            offset,
+            next_offset,
+            closed: request.close_after,
+            deduplicated: false,
+            producer: request.producer,
+            record_range,
         })
     }
 }

@@ -41,7 +41,12 @@ impl DiskGroupEngine {
         }
         Ok(
             matches!(self.db.message_at_or_before(id, offset - 1)?, Some((_, m)) if m.end_offset == offset)
-                || self.is_record_start(id, row, offset)?,
+                || self.is_record_start(id, row, offset)?
+                || self
+                    .db
+                    .externals(id, offset - 1, offset)?
+                    .iter()
+                    .any(|e| e.end_offset == offset),
         )
     }
 
@@ -349,6 +354,17 @@ impl DiskGroupEngine {
                 self.enqueue_gc(&mut tx, ColdGcTarget::Paths(dropped), 0);
             }
             self.release_shared(&mut tx, released, 0);
+            let gone: Vec<u64> = self
+                .db
+                .externals(&id, 0, target)?
+                .into_iter()
+                .filter(|e| e.end_offset <= target)
+                .map(|e| e.start_offset)
+                .collect();
+            if let (Some(first), Some(last)) = (gone.first(), gone.last()) {
+                tx.delete_externals(&self.db, &id, *first, last + 1);
+            }
+            self.settle_hot_start(&id)?;
             self.save_stream(&mut tx, &id);
             Ok(target)
         })();

@@ -16,6 +16,7 @@ use ursula_stream::{
 };
 
 use super::db::Tx;
+use super::rows::StreamRow;
 use super::state::{compare_ids, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine};
 
@@ -37,6 +38,49 @@ impl DiskGroupEngine {
             .map_or(0, GroupState::reported_hot_start)
     }
 
+    /// Hot bytes of `id` from `start` on (external segments are not hot).
+    pub(crate) fn hot_bytes_from(&self, id: &BucketStreamId, row: &StreamRow, start: u64) -> u64 {
+        let tail = row.metadata.tail_offset;
+        let from = start.max(row.hot_start_offset.max(row.retained_offset));
+        let external: u64 = self
+            .db
+            .externals(id, from, tail)
+            .map(|segments| {
+                segments
+                    .iter()
+                    .map(|e| e.end_offset.min(tail) - e.start_offset.max(from))
+                    .sum()
+            })
+            .unwrap_or(0);
+        tail.saturating_sub(from).saturating_sub(external)
+    }
+
+    /// Moves the hot start past external segments that begin at it (they are not hot) and
+    /// recounts the external bytes above it.
+    pub(crate) fn settle_hot_start(&mut self, id: &BucketStreamId) -> Result<(), GroupEngineError> {
+        let Some(row) = self.state.streams.get(id) else {
+            return Ok(());
+        };
+        let tail = row.metadata.tail_offset;
+        let mut hot_start = row.hot_start_offset.max(row.retained_offset).min(tail);
+        let externals = self.db.externals(id, hot_start, tail)?;
+        for segment in &externals {
+            if segment.start_offset <= hot_start && segment.end_offset > hot_start {
+                hot_start = segment.end_offset;
+            }
+        }
+        let external_hot = externals
+            .iter()
+            .filter(|e| e.start_offset >= hot_start)
+            .map(|e| e.end_offset - e.start_offset)
+            .sum();
+        if let Some(row) = self.state.streams.get_mut(id) {
+            row.hot_start_offset = hot_start;
+            row.external_hot = external_hot;
+        }
+        Ok(())
+    }
+
     /// A flush candidate from `start`, of up to `max` bytes once at least `min` are hot.
     fn candidate_from(
         &self,
@@ -51,7 +95,15 @@ impl DiskGroupEngine {
         let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
         let tail = row.metadata.tail_offset;
         let start = start.max(row.hot_start_offset.max(row.retained_offset));
-        let available = tail.saturating_sub(start);
+        // Only contiguous hot bytes flush together: stop at the next external segment.
+        let hot_end = self
+            .db
+            .externals(id, start, tail)?
+            .iter()
+            .map(|e| e.start_offset)
+            .find(|s| *s >= start)
+            .unwrap_or(tail);
+        let available = hot_end.saturating_sub(start);
         let take = available.min(max as u64);
         if take == 0 || (take as usize) < min {
             return Ok(None);
@@ -102,9 +154,10 @@ impl DiskGroupEngine {
             ids.iter()
                 .map(|id| {
                     let row = &self.state.streams[id];
-                    row.metadata
-                        .tail_offset
-                        .saturating_sub(start_for(planned, id).max(row.hot_start_offset))
+                    match planned.get(id) {
+                        Some(start) => self.hot_bytes_from(id, row, *start),
+                        None => GroupState::stream_hot_bytes(row),
+                    }
                 })
                 .sum()
         };
@@ -220,6 +273,16 @@ impl DiskGroupEngine {
                 format!("cold chunk for stream '{id}' must start at the hot prefix"),
             ));
         }
+        if !self
+            .db
+            .externals(id, chunk.start_offset, chunk.end_offset)?
+            .is_empty()
+        {
+            return Err(stale(
+                tail,
+                format!("cold chunk for stream '{id}' does not cover contiguous hot payload"),
+            ));
+        }
         let row = row.clone();
         if !chunk.payload_digest.is_empty() {
             let bytes = self.read_hot(id, &row, chunk.start_offset, chunk.end_offset)?;
@@ -244,6 +307,7 @@ impl DiskGroupEngine {
             row.cold_chunks.push(chunk);
             row.hot_start_offset = end;
         }
+        self.settle_hot_start(id)?;
         // Message rows wholly below the new hot start are no longer needed for reads.
         let below: Vec<u64> = self
             .db

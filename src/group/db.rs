@@ -33,9 +33,10 @@ pub(crate) const CF_RETIRED_COUNTS: &str = "retired_counts";
 pub(crate) const CF_COLD_CHUNKS: &str = "cold_chunks";
 pub(crate) const CF_RECORDS: &str = "records";
 pub(crate) const CF_RECORD_OFFSETS: &str = "record_offsets";
+pub(crate) const CF_EXTERNAL: &str = "external";
 
 /// Every column family, in creation order.
-pub(crate) const COLUMN_FAMILIES: [&str; 13] = [
+pub(crate) const COLUMN_FAMILIES: [&str; 14] = [
     CF_META,
     CF_BUCKETS,
     CF_STREAMS,
@@ -49,6 +50,7 @@ pub(crate) const COLUMN_FAMILIES: [&str; 13] = [
     CF_COLD_CHUNKS,
     CF_RECORDS,
     CF_RECORD_OFFSETS,
+    CF_EXTERNAL,
 ];
 
 const META_FORMAT_VERSION: &[u8] = b"format_version";
@@ -225,6 +227,40 @@ impl GroupDb {
                 Ok(true)
             },
         )?;
+        Ok(out)
+    }
+
+    /// External payload segments of `id` overlapping `[from, to)`, in offset order.
+    pub fn externals(
+        &self,
+        id: &BucketStreamId,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<ursula_stream::ObjectPayloadRef>, GroupError> {
+        let prefix = stream_key(id);
+        let mut out: Vec<ursula_stream::ObjectPayloadRef> = Vec::new();
+        let key = super::keys::message_key(id, from);
+        let mut iter = self.db.iterator_cf(
+            self.cf(CF_EXTERNAL)?,
+            IteratorMode::From(&key, Direction::Reverse),
+        );
+        if let Some(item) = iter.next() {
+            let (k, v) = item?;
+            if k.starts_with(&prefix) {
+                let segment: ursula_stream::ObjectPayloadRef = decode_row("external", &v)?;
+                if segment.end_offset > from && segment.start_offset < from {
+                    out.push(segment);
+                }
+            }
+        }
+        self.scan(CF_EXTERNAL, &prefix, &key, |_, v| {
+            let segment: ursula_stream::ObjectPayloadRef = decode_row("external", v)?;
+            if segment.start_offset >= to {
+                return Ok(false);
+            }
+            out.push(segment);
+            Ok(true)
+        })?;
         Ok(out)
     }
 
@@ -442,6 +478,7 @@ impl Tx {
             CF_COLD_CHUNKS,
             CF_RECORDS,
             CF_RECORD_OFFSETS,
+            CF_EXTERNAL,
         ] {
             self.delete_prefix(db, cf, &key);
         }
@@ -496,6 +533,33 @@ impl Tx {
                 ),
                 Err(e) => self.error = Some(e),
             }
+        }
+    }
+
+    /// Writes an external payload segment of `id`.
+    pub fn put_external(
+        &mut self,
+        db: &GroupDb,
+        id: &BucketStreamId,
+        segment: &ursula_stream::ObjectPayloadRef,
+    ) {
+        self.put_json(
+            db,
+            CF_EXTERNAL,
+            &super::keys::message_key(id, segment.start_offset),
+            segment,
+        );
+    }
+
+    /// Removes the external segments of `id` starting in `[from, to)`.
+    pub fn delete_externals(&mut self, db: &GroupDb, id: &BucketStreamId, from: u64, to: u64) {
+        match db.cf(CF_EXTERNAL) {
+            Ok(handle) => self.batch.delete_range_cf(
+                handle,
+                super::keys::message_key(id, from),
+                super::keys::message_key(id, to),
+            ),
+            Err(e) => self.error = Some(e),
         }
     }
 

@@ -1,18 +1,51 @@
 //! The per-stream integrity digest ursula reports: a setsum over one record digest per accepted
-//! append (stream id, offsets and bytes), kept as hex in the stream row.
+//! append (stream id, offsets, and the bytes or the external object they live in), kept as hex in
+//! the stream row.
 
 use ursula_shard::BucketStreamId;
 
 use super::rows::StreamRow;
 use super::GroupError;
 
-/// Records one accepted append in the integrity setsums (ursula's record digest).
+/// Records one accepted inline append in the integrity setsums.
 pub(crate) fn integrity_append(
     row: &mut StreamRow,
     id: &BucketStreamId,
     start: u64,
     end: u64,
     payload: &[u8],
+) -> Result<(), GroupError> {
+    add_record(row, id, start, end, b"inline", &[payload])
+}
+
+/// Records one accepted external append (its object path and size) in the integrity setsums.
+pub(crate) fn integrity_external(
+    row: &mut StreamRow,
+    id: &BucketStreamId,
+    start: u64,
+    end: u64,
+    s3_path: &str,
+    object_size: u64,
+) -> Result<(), GroupError> {
+    let size = object_size.to_le_bytes();
+    add_record(
+        row,
+        id,
+        start,
+        end,
+        b"external",
+        &[s3_path.as_bytes(), &size],
+    )
+}
+
+/// ursula's record digest: a tag, the stream id parts, the offsets, the kind, then the pieces.
+fn add_record(
+    row: &mut StreamRow,
+    id: &BucketStreamId,
+    start: u64,
+    end: u64,
+    kind: &[u8],
+    pieces: &[&[u8]],
 ) -> Result<(), GroupError> {
     if start == end {
         return Ok(());
@@ -28,9 +61,6 @@ pub(crate) fn integrity_append(
             b"\0",
             id.stream_id.as_bytes(),
             b"\0",
-            &start_b,
-            &end_b,
-            b"inline",
         ],
         None => vec![
             b"ursula-stream-record-v1",
@@ -38,12 +68,10 @@ pub(crate) fn integrity_append(
             b"\0",
             id.stream_id.as_bytes(),
             b"\0",
-            &start_b,
-            &end_b,
-            b"inline",
         ],
     };
-    item.push(payload);
+    item.extend_from_slice(&[&start_b, &end_b, kind]);
+    item.extend_from_slice(pieces);
     let mut record = setsum::Setsum::default();
     record.insert_vectored(&item);
     let parse = |hex: &str| {

@@ -2,19 +2,20 @@
 
 use bytes::Bytes;
 use ursula_runtime::{
-    ColdWriteAdmission, CreateStreamRequest, CreateStreamResponse, DeleteStreamResponse,
-    GroupEngineError, PurgeBucketResponse, SetBucketQuotaRequest, SetBucketQuotaResponse,
-    TouchStreamAccessResponse, UpdateStreamAttrsRequest, UpdateStreamAttrsResponse,
+    ColdWriteAdmission, CreateStreamExternalRequest, CreateStreamRequest, CreateStreamResponse,
+    DeleteStreamResponse, GroupEngineError, PurgeBucketResponse, SetBucketQuotaRequest,
+    SetBucketQuotaResponse, TouchStreamAccessResponse, UpdateStreamAttrsRequest,
+    UpdateStreamAttrsResponse,
 };
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
     is_json_record_content_type, validate_bucket_id, validate_stream_id, BucketQuota, ColdGcEntry,
-    ColdGcTarget, ProducerAppendRecord, StreamAttrs, StreamErrorCode, StreamErrorContext,
-    StreamMetadata, StreamRecordRange, StreamStatus,
+    ColdGcTarget, ExternalPayloadRef, ObjectPayloadRef, ProducerAppendRecord, StreamAttrs,
+    StreamErrorCode, StreamErrorContext, StreamMetadata, StreamRecordRange, StreamStatus,
 };
 
 use super::db::Tx;
-use super::integrity::integrity_append;
+use super::integrity::{integrity_append, integrity_external};
 use super::payload::PayloadLog;
 use super::records;
 use super::rows::{MessageRow, ProducerRow, ReceiptRow, RecordCursor, StreamRow};
@@ -106,6 +107,99 @@ pub(crate) fn validate_producer(
     Ok(())
 }
 
+/// A create, inline or with its initial bytes in an external object.
+pub(crate) struct CreateInput {
+    /// The request (`initial_payload` empty for an external create).
+    pub request: CreateStreamRequest,
+    /// The external object holding the initial bytes, if any.
+    pub external: Option<ExternalPayloadRef>,
+    /// Record ends the caller declared for the external bytes (JSON streams).
+    pub external_ends: Vec<u64>,
+}
+
+impl CreateInput {
+    fn initial_len(&self) -> u64 {
+        self.external
+            .as_ref()
+            .map_or(self.request.initial_payload.len() as u64, |e| e.payload_len)
+    }
+}
+
+impl From<CreateStreamExternalRequest> for CreateInput {
+    fn from(r: CreateStreamExternalRequest) -> Self {
+        Self {
+            request: CreateStreamRequest {
+                stream_id: r.stream_id,
+                content_type: r.content_type,
+                content_type_explicit: true,
+                initial_payload: Bytes::new(),
+                close_after: r.close_after,
+                stream_seq: r.stream_seq,
+                producer: r.producer,
+                stream_ttl_seconds: r.stream_ttl_seconds,
+                stream_expires_at_ms: r.stream_expires_at_ms,
+                attrs: r.attrs,
+                now_ms: r.now_ms,
+            },
+            external: Some(r.initial_payload),
+            external_ends: r.record_ends,
+        }
+    }
+}
+
+/// An external payload reference must name an object that holds at least its bytes.
+pub(crate) fn validate_external(payload: &ExternalPayloadRef) -> Result<(), GroupEngineError> {
+    if payload.s3_path.trim().is_empty() {
+        return Err(stream_error(
+            StreamErrorCode::InvalidColdFlush,
+            "external payload S3 path must not be empty",
+        ));
+    }
+    if payload.payload_len == 0 {
+        return Err(stream_error(
+            StreamErrorCode::EmptyAppend,
+            "external payload length must be greater than zero",
+        ));
+    }
+    if payload.object_size < payload.payload_len {
+        return Err(stream_error(
+            StreamErrorCode::InvalidColdFlush,
+            "external payload object size must cover payload length",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether an external create's declared record ends give the stream record coordinates.
+fn external_record_index(
+    content_type: &str,
+    len: u64,
+    ends: &[u64],
+) -> Result<bool, GroupEngineError> {
+    if !is_json_record_content_type(content_type) {
+        if ends.is_empty() {
+            return Ok(false);
+        }
+        return Err(stream_error(
+            StreamErrorCode::InvalidRecordBoundaries,
+            "record boundaries are only valid for application/json streams",
+        ));
+    }
+    if len > 0 && ends.is_empty() {
+        return Ok(false);
+    }
+    let valid = ends.last() == Some(&len)
+        && ends.first() != Some(&0)
+        && ends.windows(2).all(|w| w[0] < w[1]);
+    if !valid {
+        return Err(stream_error(
+            StreamErrorCode::InvalidRecordBoundaries,
+            "record boundaries do not match the canonical JSON payload",
+        ));
+    }
+    Ok(true)
+}
+
 impl DiskGroupEngine {
     /// Bucket and stream ids valid, bucket present.
     pub(crate) fn validate_scope(&self, id: &BucketStreamId) -> Result<(), GroupEngineError> {
@@ -137,7 +231,11 @@ impl DiskGroupEngine {
             .retained_bytes
             .saturating_sub(row.metadata.tail_offset.saturating_sub(row.retained_offset));
         self.save_usage(tx, &id.bucket_id);
-        if row.hot_start_offset > 0 || !row.cold_chunks.is_empty() {
+        let has_external = self
+            .db
+            .externals(id, 0, row.metadata.tail_offset)
+            .is_ok_and(|e| !e.is_empty());
+        if row.hot_start_offset > 0 || !row.cold_chunks.is_empty() || has_external {
             self.enqueue_gc(tx, ColdGcTarget::Stream(id.clone()), 0);
         }
         let shared = row
@@ -239,7 +337,33 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
         admission: ColdWriteAdmission,
     ) -> Result<CreateStreamResponse, GroupEngineError> {
+        let input = CreateInput {
+            request,
+            external: None,
+            external_ends: Vec::new(),
+        };
+        self.create_inner(input, placement, admission).await
+    }
+
+    /// `create_stream_external`: the initial bytes stay in the caller's object.
+    pub(crate) async fn create_external_inner(
+        &mut self,
+        request: CreateStreamExternalRequest,
+        placement: ShardPlacement,
+    ) -> Result<CreateStreamResponse, GroupEngineError> {
+        self.create_inner(request.into(), placement, ColdWriteAdmission::default())
+            .await
+    }
+
+    async fn create_inner(
+        &mut self,
+        input: CreateInput,
+        placement: ShardPlacement,
+        admission: ColdWriteAdmission,
+    ) -> Result<CreateStreamResponse, GroupEngineError> {
+        let request = &input.request;
         let id = request.stream_id.clone();
+        let now_ms = request.now_ms;
         let previewing = admission.max_hot_bytes_per_group.is_some();
         let mut tx = Tx::default();
         if let Err(e) = self.ensure_bucket(&mut tx, &id) {
@@ -249,22 +373,21 @@ impl DiskGroupEngine {
                 self.finish(tx, Err(e))
             };
         }
-        let decided = self.decide_create(&mut tx, &request);
+        let decided = self.decide_create(&mut tx, &input);
         let outcome = match decided {
             Ok(Some(existing)) => Ok(existing),
             Ok(None) => {
-                let initial = request.initial_payload.len() as u64;
                 if previewing {
-                    if let Err(e) = self.check_admission(&id, admission, initial) {
+                    if let Err(e) = self.check_admission(&id, admission, input.initial_len()) {
                         return self.rollback(&tx, e);
                     }
                 }
-                self.apply_create(&mut tx, request.clone()).await
+                self.apply_create(&mut tx, input).await
             }
             Err(e) if previewing => return self.rollback(&tx, e),
             Err(e) => Err(e),
         };
-        self.sweep_expired(&mut tx, request.now_ms);
+        self.sweep_expired(&mut tx, now_ms);
         let response = outcome.map(|(next_offset, closed, already_exists)| {
             if !already_exists {
                 self.state.commit_index += 1;
@@ -303,15 +426,28 @@ impl DiskGroupEngine {
     fn decide_create(
         &mut self,
         tx: &mut Tx,
-        request: &CreateStreamRequest,
+        input: &CreateInput,
     ) -> Result<Option<(u64, bool, bool)>, GroupEngineError> {
-        records::record_ends(&request.content_type, &request.initial_payload)?;
+        let request = &input.request;
+        match &input.external {
+            None => {
+                records::record_ends(&request.content_type, &request.initial_payload)?;
+            }
+            Some(external) => validate_external(external)?,
+        }
         let id = &request.stream_id;
         let attrs = normalize_attrs(request.attrs.clone());
         self.validate_scope(id)?;
         validate_attrs(attrs.as_ref())?;
         validate_retention(request.stream_ttl_seconds, request.stream_expires_at_ms)?;
         validate_producer(request.producer.as_ref())?;
+        if let Some(external) = &input.external {
+            external_record_index(
+                &request.content_type,
+                external.payload_len,
+                &input.external_ends,
+            )?;
+        }
         if let Some(p) = &request.producer {
             if p.producer_seq != 0 {
                 return Err(GroupEngineError::stream_with_context(
@@ -353,7 +489,7 @@ impl DiskGroupEngine {
                 format!("stream '{id}' already exists with different metadata"),
             ));
         }
-        self.check_create_quota(&id.bucket_id, request.initial_payload.len() as u64)?;
+        self.check_create_quota(&id.bucket_id, input.initial_len())?;
         Ok(None)
     }
 
@@ -361,14 +497,30 @@ impl DiskGroupEngine {
     async fn apply_create(
         &mut self,
         tx: &mut Tx,
-        request: CreateStreamRequest,
+        input: CreateInput,
     ) -> Result<(u64, bool, bool), GroupEngineError> {
+        let CreateInput {
+            request,
+            external,
+            external_ends,
+        } = input;
         let id = request.stream_id.clone();
         let partition = PayloadLog::partition_for(&id);
         let initial: Bytes = request.initial_payload.clone();
-        let initial_len = initial.len() as u64;
-        let ends = records::record_ends(&request.content_type, &initial)?;
-        let json = is_json_record_content_type(&request.content_type);
+        let initial_len = external
+            .as_ref()
+            .map_or(initial.len() as u64, |e| e.payload_len);
+        let (ends, json) = match &external {
+            None => (
+                records::record_ends(&request.content_type, &initial)?,
+                is_json_record_content_type(&request.content_type),
+            ),
+            Some(e) => {
+                let indexed =
+                    external_record_index(&request.content_type, e.payload_len, &external_ends)?;
+                (if indexed { external_ends } else { Vec::new() }, indexed)
+            }
+        };
         let record_range = json.then_some(StreamRecordRange {
             first_record: 0,
             next_record: ends.len() as u64,
@@ -402,7 +554,8 @@ impl DiskGroupEngine {
                 last_ttl_touch_at_ms: request.now_ms,
             },
             attrs: normalize_attrs(request.attrs.clone()),
-            hot_start_offset: 0,
+            // External bytes are not hot: the first hot byte is the tail.
+            hot_start_offset: if external.is_some() { initial_len } else { 0 },
             retained_offset: 0,
             live_setsum: setsum::Setsum::default().hexdigest(),
             total_setsum: setsum::Setsum::default().hexdigest(),
@@ -412,7 +565,19 @@ impl DiskGroupEngine {
             cold_chunks: Vec::new(),
             partition,
             records: json.then_some(RecordCursor { first: 0, next: 0 }),
+            external_hot: 0,
         };
+        if let Some(e) = &external {
+            let segment = ObjectPayloadRef {
+                start_offset: 0,
+                end_offset: initial_len,
+                s3_path: e.s3_path.clone(),
+                object_size: e.object_size,
+                object_offset: 0,
+            };
+            integrity_external(&mut row, &id, 0, initial_len, &e.s3_path, e.object_size)?;
+            tx.put_external(&self.db, &id, &segment);
+        }
         if let Some(&log_offset) = log_offsets.first() {
             integrity_append(&mut row, &id, 0, initial_len, &initial)?;
             tx.put_message(

@@ -123,37 +123,54 @@ impl DiskGroupEngine {
         to: u64,
     ) -> Result<Bytes, GroupEngineError> {
         let mut out = BytesMut::with_capacity((to - from) as usize);
+        let externals = self.db.externals(id, from, to)?;
+        let chunks = &row.cold_chunks;
         let mut cursor = from;
-        for chunk in &row.cold_chunks {
-            if cursor >= to || cursor >= row.hot_start_offset {
-                break;
-            }
-            if chunk.end_offset <= cursor {
+        while cursor < to {
+            let at = chunks.partition_point(|c| c.end_offset <= cursor);
+            if let Some(chunk) = chunks.get(at).filter(|c| c.start_offset <= cursor) {
+                let end = to.min(chunk.end_offset);
+                let bytes = self
+                    .cold
+                    .read_chunk(
+                        &chunk.s3_path,
+                        chunk.object_offset,
+                        cursor - chunk.start_offset,
+                        end - cursor,
+                    )
+                    .await
+                    .map_err(GroupError::from)?;
+                out.extend_from_slice(&bytes);
+                cursor = end;
                 continue;
             }
-            if chunk.start_offset > cursor {
-                return Err(missing_segment(id, to));
+            if let Some(segment) = externals
+                .iter()
+                .find(|e| e.start_offset <= cursor && cursor < e.end_offset)
+            {
+                let end = to.min(segment.end_offset);
+                let skip = segment.object_offset + (cursor - segment.start_offset);
+                let bytes = self
+                    .cold
+                    .get_range(&segment.s3_path, skip..skip + (end - cursor))
+                    .await
+                    .map_err(GroupError::from)?;
+                out.extend_from_slice(&bytes);
+                cursor = end;
+                continue;
             }
-            let end = to.min(chunk.end_offset);
-            let bytes = self
-                .cold
-                .read_chunk(
-                    &chunk.s3_path,
-                    chunk.object_offset,
-                    cursor - chunk.start_offset,
-                    end - cursor,
-                )
-                .await
-                .map_err(GroupError::from)?;
+            // A run of hot records, up to the next cold chunk or external segment.
+            let next = externals
+                .iter()
+                .map(|e| e.start_offset)
+                .chain(chunks.get(at).map(|c| c.start_offset))
+                .filter(|start| *start > cursor)
+                .min()
+                .unwrap_or(to)
+                .min(to);
+            let bytes = self.read_hot(id, row, cursor, next)?;
             out.extend_from_slice(&bytes);
-            cursor = end;
-        }
-        if cursor < to {
-            if cursor < row.hot_start_offset {
-                return Err(missing_segment(id, to));
-            }
-            let bytes = self.read_hot(id, row, cursor, to)?;
-            out.extend_from_slice(&bytes);
+            cursor = next;
         }
         Ok(out.freeze())
     }

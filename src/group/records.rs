@@ -72,6 +72,25 @@ pub(crate) fn prepare(
     }))
 }
 
+/// `record_match`: the stream's record tail must be `expected` (JSON streams only).
+pub(crate) fn check_record_match(row: &StreamRow, expected: u64) -> Result<(), GroupEngineError> {
+    match row.records {
+        None => Err(stream_error(
+            StreamErrorCode::InvalidRecordBoundaries,
+            "Stream-Record-Match requires active JSON record coordinates",
+        )),
+        Some(cursor) if cursor.next != expected => Err(GroupEngineError::stream_with_context(
+            StreamErrorCode::RecordPreconditionFailed,
+            format!("record tail is {}, expected {expected}", cursor.next),
+            Some(row.metadata.tail_offset),
+            vec![ursula_stream::StreamErrorContext::RecordTailMismatch {
+                current_record: cursor.next,
+            }],
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Usage counts one record per JSON record, or one per non-empty binary append.
 pub(crate) fn record_count(ends: &[u64], len: u64) -> u64 {
     if ends.is_empty() {
@@ -252,6 +271,10 @@ impl DiskGroupEngine {
                 for (start, m) in self.db.messages(id, 0, u64::MAX)? {
                     originals.push((start, m.end_offset));
                 }
+                for e in self.db.externals(id, 0, tail)? {
+                    originals.push((e.start_offset, e.end_offset));
+                }
+                originals.sort_unstable();
             }
         }
         for (start, end) in originals {

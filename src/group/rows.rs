@@ -21,7 +21,8 @@ pub struct StreamRow {
     pub metadata: StreamMetadata,
     /// User attributes (`None` when empty).
     pub attrs: Option<StreamAttrs>,
-    /// First byte offset still held hot in segments; bytes below it live in `cold_chunks`.
+    /// First byte offset still held hot in segments (or the tail when none is); bytes below it
+    /// live in `cold_chunks` or external payload objects.
     pub hot_start_offset: u64,
     /// Destructive-retention floor: bytes below it are gone.
     pub retained_offset: u64,
@@ -46,6 +47,10 @@ pub struct StreamRow {
     /// streams.
     #[serde(default)]
     pub records: Option<RecordCursor>,
+    /// Bytes of external payload segments at or above `hot_start_offset` (they are not hot:
+    /// their bytes live in the object the caller uploaded).
+    #[serde(default)]
+    pub external_hot: u64,
 }
 
 /// The retained record ordinals of a JSON stream: `[first, next)`.

@@ -1,25 +1,26 @@
 //! `ursula_runtime::GroupEngine` (0.4.1) for [`DiskGroupEngine`]: every one of the 38 methods,
-//! the provided ones the in-memory engine leaves unsupported included (external payloads
-//! excepted: Strata refuses them with a clear error), plus a factory for the shard runtime.
+//! the provided ones the in-memory engine leaves unsupported included, plus a factory for the
+//! shard runtime.
 
 use std::sync::Arc;
 
 use ursula_runtime::{
-    AdvanceRetentionRequest, AppendBatchRequest, AppendRequest, AppendTransactionRequest,
-    BootstrapStreamRequest, CloseStreamRequest, ColdWriteAdmission, CompactColdRequest,
-    CreateStreamRequest, DeleteSnapshotRequest, DeleteStreamRequest, FlushColdRequest,
-    GetStreamAttrsRequest, GroupAckColdGcFuture, GroupAdvanceRetentionFuture,
-    GroupAppendBatchFuture, GroupAppendFuture, GroupAppendTransactionFuture,
-    GroupBootstrapStreamFuture, GroupBucketUsageFuture, GroupCloseStreamFuture,
-    GroupColdHotBacklogFuture, GroupCompactColdFuture, GroupCreateStreamFuture,
-    GroupDeleteSnapshotFuture, GroupDeleteStreamFuture, GroupEngine, GroupEngineCreateFuture,
-    GroupEngineError, GroupEngineFactory, GroupEngineMetrics, GroupFlushColdFuture,
-    GroupGetStreamAttrsFuture, GroupHeadStreamFuture, GroupImportGroupStateFuture,
-    GroupInstallSnapshotFuture, GroupPlanColdFlushFuture, GroupPlanColdGcFuture,
-    GroupPlanNextColdFlushBatchFuture, GroupPublishSnapshotFuture, GroupPurgeBucketFuture,
-    GroupReadSnapshotFuture, GroupReadStreamFuture, GroupSetBucketQuotaFuture, GroupShutdownFuture,
-    GroupSnapshot, GroupSnapshotFuture, GroupTouchStreamAccessFuture, GroupUpdateStreamAttrsFuture,
-    HeadStreamRequest, ImportGroupStateRequest, PlanColdFlushRequest, PlanGroupColdFlushRequest,
+    AdvanceRetentionRequest, AppendBatchRequest, AppendExternalRequest, AppendRequest,
+    AppendTransactionRequest, BootstrapStreamRequest, CloseStreamRequest, ColdWriteAdmission,
+    CompactColdRequest, CreateStreamExternalRequest, CreateStreamRequest, DeleteSnapshotRequest,
+    DeleteStreamRequest, FlushColdRequest, GetStreamAttrsRequest, GroupAckColdGcFuture,
+    GroupAdvanceRetentionFuture, GroupAppendBatchFuture, GroupAppendFuture,
+    GroupAppendTransactionFuture, GroupBootstrapStreamFuture, GroupBucketUsageFuture,
+    GroupCloseStreamFuture, GroupColdHotBacklogFuture, GroupCompactColdFuture,
+    GroupCreateStreamFuture, GroupDeleteSnapshotFuture, GroupDeleteStreamFuture, GroupEngine,
+    GroupEngineCreateFuture, GroupEngineError, GroupEngineFactory, GroupEngineMetrics,
+    GroupFlushColdFuture, GroupGetStreamAttrsFuture, GroupHeadStreamFuture,
+    GroupImportGroupStateFuture, GroupInstallSnapshotFuture, GroupPlanColdFlushFuture,
+    GroupPlanColdGcFuture, GroupPlanNextColdFlushBatchFuture, GroupPublishSnapshotFuture,
+    GroupPurgeBucketFuture, GroupReadSnapshotFuture, GroupReadStreamFuture,
+    GroupSetBucketQuotaFuture, GroupShutdownFuture, GroupSnapshot, GroupSnapshotFuture,
+    GroupTouchStreamAccessFuture, GroupUpdateStreamAttrsFuture, HeadStreamRequest,
+    ImportGroupStateRequest, PlanColdFlushRequest, PlanGroupColdFlushRequest,
     PublishSnapshotRequest, ReadSnapshotRequest, ReadStreamRequest, SetBucketQuotaRequest,
     UpdateStreamAttrsRequest,
 };
@@ -143,6 +144,22 @@ impl GroupEngine for DiskGroupEngine {
             )
             .await
         })
+    }
+
+    fn create_stream_external<'a>(
+        &'a mut self,
+        request: CreateStreamExternalRequest,
+        placement: ShardPlacement,
+    ) -> GroupCreateStreamFuture<'a> {
+        Box::pin(async move { self.create_external_inner(request, placement).await })
+    }
+
+    fn append_external<'a>(
+        &'a mut self,
+        request: AppendExternalRequest,
+        placement: ShardPlacement,
+    ) -> GroupAppendFuture<'a> {
+        Box::pin(async move { self.append_external_inner(request, placement) })
     }
 
     fn get_stream_attrs<'a>(

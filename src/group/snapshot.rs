@@ -31,7 +31,31 @@ impl DiskGroupEngine {
             let row = &self.state.streams[id];
             let tail = row.metadata.tail_offset;
             let hot_from = row.hot_start_offset.max(row.retained_offset).min(tail);
-            let payload = self.read_hot(id, row, hot_from, tail)?;
+            // Hot bytes are the runs between external segments above the hot start.
+            let externals = self.db.externals(id, hot_from, tail)?;
+            let mut runs = Vec::new();
+            let mut cursor = hot_from;
+            for segment in &externals {
+                if segment.start_offset > cursor {
+                    runs.push((cursor, segment.start_offset));
+                }
+                cursor = cursor.max(segment.end_offset);
+            }
+            if cursor < tail {
+                runs.push((cursor, tail));
+            }
+            let mut payload = Vec::new();
+            let mut hot_segments = Vec::with_capacity(runs.len());
+            for (start, end) in runs {
+                let bytes = self.read_hot(id, row, start, end)?;
+                hot_segments.push(HotPayloadSegment {
+                    start_offset: start,
+                    end_offset: end,
+                    payload_start: payload.len(),
+                    payload_end: payload.len() + bytes.len(),
+                });
+                payload.extend_from_slice(&bytes);
+            }
             let message_records = self
                 .message_bounds(id, row)?
                 .into_iter()
@@ -79,26 +103,17 @@ impl DiskGroupEngine {
                     receipts,
                 });
             }
-            let hot_segments = if payload.is_empty() {
-                Vec::new()
-            } else {
-                vec![HotPayloadSegment {
-                    start_offset: hot_from,
-                    end_offset: tail,
-                    payload_start: 0,
-                    payload_end: payload.len(),
-                }]
-            };
+
             streams.push(StreamSnapshotEntry {
                 metadata: row.metadata.clone(),
                 attrs: row.attrs.clone(),
                 hot_start_offset: GroupState::reported_hot_start(row),
-                payload: payload.to_vec(),
+                payload,
                 hot_segments,
                 cold_frontier_offset: row.hot_start_offset.max(row.retained_offset),
                 cold_index_generation: 0,
                 cold_chunks: row.cold_chunks.clone(),
-                external_segments: Vec::new(),
+                external_segments: self.db.externals(id, 0, tail)?,
                 message_records,
                 record_index,
                 integrity: integrity_snapshot(row),
@@ -177,21 +192,29 @@ impl DiskGroupEngine {
         for entry in &snapshot.streams {
             let id = &entry.metadata.stream_id;
             let partition = PayloadLog::partition_for(id);
-            let hot_from = entry.metadata.tail_offset - entry.payload.len() as u64;
             let payload = Bytes::from(entry.payload.clone());
-            let mut bounds: Vec<(u64, u64)> = entry
-                .message_records
-                .iter()
-                .filter(|r| r.end_offset > hot_from)
-                .map(|r| (r.start_offset.max(hot_from), r.end_offset))
-                .collect();
-            if bounds.is_empty() && !payload.is_empty() {
-                bounds.push((hot_from, entry.metadata.tail_offset));
+            let mut bounds = Vec::new();
+            let mut slices = Vec::new();
+            for (start, end, at) in hot_runs(entry) {
+                // Split each run at message boundaries: one payload record per message.
+                let mut cursor = start;
+                for record in &entry.message_records {
+                    let (s, e) = (record.start_offset.max(cursor), record.end_offset.min(end));
+                    if s < e && s == cursor {
+                        bounds.push((s, e));
+                        slices.push(
+                            payload.slice(at + (s - start) as usize..at + (e - start) as usize),
+                        );
+                        cursor = e;
+                    }
+                }
+                if cursor < end {
+                    bounds.push((cursor, end));
+                    slices.push(
+                        payload.slice(at + (cursor - start) as usize..at + (end - start) as usize),
+                    );
+                }
             }
-            let slices: Vec<Bytes> = bounds
-                .iter()
-                .map(|(s, e)| payload.slice((s - hot_from) as usize..(e - hot_from) as usize))
-                .collect();
             pieces.push(bounds);
             items.push((id.clone(), partition, slices));
         }
@@ -230,9 +253,17 @@ impl DiskGroupEngine {
         for ((entry, bounds), log_offsets) in snapshot.streams.into_iter().zip(pieces).zip(offsets)
         {
             let id = entry.metadata.stream_id.clone();
-            let tail = entry.metadata.tail_offset;
-            let hot_from = tail - entry.payload.len() as u64;
             let retained = entry.retained_offset.unwrap_or(0);
+            let hot_start = entry.hot_start_offset.max(retained);
+            for segment in &entry.external_segments {
+                tx.put_external(&self.db, &id, segment);
+            }
+            let external_hot = entry
+                .external_segments
+                .iter()
+                .filter(|e| e.start_offset >= hot_start)
+                .map(|e| e.end_offset - e.start_offset)
+                .sum();
             for ((start, end), log_offset) in bounds.iter().zip(log_offsets) {
                 tx.put_message(
                     &self.db,
@@ -246,7 +277,7 @@ impl DiskGroupEngine {
             }
             let row = StreamRow {
                 attrs: entry.attrs,
-                hot_start_offset: hot_from.max(retained),
+                hot_start_offset: hot_start,
                 retained_offset: retained,
                 live_setsum: entry.integrity.live_setsum,
                 total_setsum: entry.integrity.total_setsum,
@@ -261,6 +292,7 @@ impl DiskGroupEngine {
                         next: r.next_record,
                     })
                 }),
+                external_hot,
                 metadata: entry.metadata,
             };
             if let (Some(index), Some(cursor)) = (&entry.record_index, row.records) {
@@ -385,27 +417,46 @@ fn validate_snapshot(snapshot: &StreamSnapshot) -> Result<(), GroupEngineError> 
                     ))
                 })?;
         }
-        if !entry.external_segments.is_empty() {
-            return Err(GroupEngineError::new(format!(
-                "snapshot stream '{id}' uses external payload objects, which Strata does not support"
-            )));
-        }
         let payload = entry.payload.len() as u64;
         let retained = entry.retained_offset.unwrap_or(0);
-        if payload > m.tail_offset || retained > m.tail_offset {
+        if retained > m.tail_offset {
             return Err(invalid(format!(
-                "snapshot stream '{id}' tail offset {} does not match payload length {payload}",
+                "snapshot stream '{id}' retained offset is beyond its tail {}",
                 m.tail_offset
             )));
         }
-        let hot_from = m.tail_offset - payload;
-        let cold_end = entry
-            .cold_chunks
-            .last()
-            .map_or(retained.max(hot_from), |c| c.end_offset);
-        if cold_end < hot_from {
+        let hot: u64 = hot_runs(entry).iter().map(|(s, e, _)| e - s).sum();
+        if hot != payload {
             return Err(invalid(format!(
-                "snapshot stream '{id}' has a gap between its cold chunks and hot payload"
+                "snapshot stream '{id}' hot segments do not match payload length {payload}"
+            )));
+        }
+        // Every retained byte must come from a cold chunk, an external segment or the payload
+        // (ursula's exclusive chunks live in cold index pages that do not travel).
+        let mut sources: Vec<(u64, u64)> = entry
+            .cold_chunks
+            .iter()
+            .map(|c| (c.start_offset, c.end_offset))
+            .chain(
+                entry
+                    .external_segments
+                    .iter()
+                    .map(|e| (e.start_offset, e.end_offset)),
+            )
+            .chain(hot_runs(entry).into_iter().map(|(s, e, _)| (s, e)))
+            .collect();
+        sources.sort_unstable();
+        let mut covered = retained;
+        for (start, end) in sources {
+            if start > covered {
+                break;
+            }
+            covered = covered.max(end);
+        }
+        if covered < m.tail_offset {
+            return Err(invalid(format!(
+                "snapshot stream '{id}' has no source for bytes {covered}..{} (cold index pages are not portable)",
+                m.tail_offset
             )));
         }
         if entry
@@ -428,4 +479,29 @@ fn validate_snapshot(snapshot: &StreamSnapshot) -> Result<(), GroupEngineError> 
         }
     }
     Ok(())
+}
+
+/// The hot runs of a snapshot entry as `(start, end, payload index)`: its hot segments, or (for
+/// a snapshot without them) the whole payload ending at the tail.
+fn hot_runs(entry: &StreamSnapshotEntry) -> Vec<(u64, u64, usize)> {
+    if entry.hot_segments.is_empty() {
+        let len = entry.payload.len() as u64;
+        if len == 0 {
+            return Vec::new();
+        }
+        let tail = entry.metadata.tail_offset;
+        return vec![(tail.saturating_sub(len), tail, 0)];
+    }
+    entry
+        .hot_segments
+        .iter()
+        .filter(|h| h.payload_end <= entry.payload.len() && h.payload_start <= h.payload_end)
+        .map(|h| {
+            (
+                h.start_offset,
+                h.start_offset + (h.payload_end - h.payload_start) as u64,
+                h.payload_start,
+            )
+        })
+        .collect()
 }

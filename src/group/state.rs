@@ -41,6 +41,7 @@ impl GroupState {
         row.metadata
             .tail_offset
             .saturating_sub(row.hot_start_offset.max(row.retained_offset))
+            .saturating_sub(row.external_hot)
     }
 
     /// The first hot offset as ursula reports it: where the segments' bytes start, or the tail

@@ -47,13 +47,19 @@ impl DiskGroupEngine {
         for id in ids {
             let row = &self.state.streams[id];
             report.streams += 1;
-            self.verify_hot(id, row, &mut report);
+            self.verify_hot(id, row, &mut report).await;
             self.verify_cold(id, row, &mut report).await;
         }
         report
     }
 
-    fn verify_hot(&self, id: &BucketStreamId, row: &StreamRow, report: &mut GroupVerifyReport) {
+    async fn verify_hot(
+        &self,
+        id: &BucketStreamId,
+        row: &StreamRow,
+        report: &mut GroupVerifyReport,
+    ) {
+        // Everything above the hot start: hot records and any external segments among them.
         let from = row
             .hot_start_offset
             .max(row.retained_offset)
@@ -62,13 +68,13 @@ impl DiskGroupEngine {
         let mut offset = from;
         while offset < to {
             let end = to.min(offset + (4 << 20));
-            match self.read_hot(id, row, offset, end) {
+            match self.read_range(id, row, offset, end).await {
                 Ok(bytes) => report.hot_bytes += bytes.len() as u64,
                 Err(e) => {
                     report.findings.push(GroupFinding {
                         stream: id.to_string(),
                         at: format!(
-                            "hot bytes {offset}..{end} (payload partition {})",
+                            "bytes {offset}..{end} (payload partition {})",
                             row.partition
                         ),
                         problem: e.message().to_string(),
@@ -86,18 +92,19 @@ impl DiskGroupEngine {
         row: &StreamRow,
         report: &mut GroupVerifyReport,
     ) {
-        let mut expected = None;
-        for chunk in &row.cold_chunks {
-            if let Some(end) = expected {
-                if chunk.start_offset != end {
-                    report.findings.push(GroupFinding {
-                        stream: id.to_string(),
-                        at: format!("cold chunks {end}..{}", chunk.start_offset),
-                        problem: "gap or overlap between cold chunks".into(),
-                    });
-                }
+        for pair in row.cold_chunks.windows(2) {
+            if pair[1].start_offset < pair[0].end_offset {
+                report.findings.push(GroupFinding {
+                    stream: id.to_string(),
+                    at: format!(
+                        "cold chunks {}..{}",
+                        pair[1].start_offset, pair[0].end_offset
+                    ),
+                    problem: "overlapping cold chunks".into(),
+                });
             }
-            expected = Some(chunk.end_offset);
+        }
+        for chunk in &row.cold_chunks {
             report.cold_objects += 1;
             let len = chunk.end_offset - chunk.start_offset;
             match self
@@ -123,17 +130,58 @@ impl DiskGroupEngine {
                 }),
             }
         }
-        // The flushed, retained bytes [retained, hot start) must be covered exactly.
-        if row.hot_start_offset > row.retained_offset {
-            let first = row.cold_chunks.first().map(|c| c.start_offset);
-            let last = row.cold_chunks.last().map(|c| c.end_offset);
-            if first.is_none_or(|f| f > row.retained_offset) || last != Some(row.hot_start_offset) {
+        // External objects must hold their bytes.
+        let externals = match self
+            .db
+            .externals(id, row.retained_offset, row.metadata.tail_offset)
+        {
+            Ok(segments) => segments,
+            Err(e) => {
                 report.findings.push(GroupFinding {
                     stream: id.to_string(),
-                    at: format!("bytes {}..{}", row.retained_offset, row.hot_start_offset),
-                    problem: "flushed bytes are not covered by the cold chunks".into(),
+                    at: "external segments".into(),
+                    problem: e.to_string(),
+                });
+                return;
+            }
+        };
+        for segment in &externals {
+            report.cold_objects += 1;
+            let end = segment.object_offset + (segment.end_offset - segment.start_offset);
+            if let Err(e) = self
+                .cold
+                .get_range(&segment.s3_path, segment.object_offset..end)
+                .await
+            {
+                report.findings.push(GroupFinding {
+                    stream: id.to_string(),
+                    at: segment.s3_path.clone(),
+                    problem: e.to_string(),
                 });
             }
+        }
+        // The retained bytes below the hot start must come from cold chunks or external
+        // segments, without a gap.
+        let mut sources: Vec<(u64, u64)> = row
+            .cold_chunks
+            .iter()
+            .map(|c| (c.start_offset, c.end_offset))
+            .chain(externals.iter().map(|e| (e.start_offset, e.end_offset)))
+            .collect();
+        sources.sort_unstable();
+        let mut covered = row.retained_offset;
+        for (start, end) in sources {
+            if start > covered {
+                break;
+            }
+            covered = covered.max(end);
+        }
+        if covered < row.hot_start_offset {
+            report.findings.push(GroupFinding {
+                stream: id.to_string(),
+                at: format!("bytes {covered}..{}", row.hot_start_offset),
+                problem: "bytes below the hot start have no cold chunk or external segment".into(),
+            });
         }
     }
 }
