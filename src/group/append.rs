@@ -10,7 +10,7 @@ use ursula_runtime::{
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
     ObjectPayloadRef, ProducerAppendRecord, ProducerRequest, StreamErrorCode, StreamErrorContext,
-    StreamRecordRange, StreamStatus,
+    StreamMetadata, StreamRecordRange, StreamStatus,
 };
 
 use super::db::Tx;
@@ -153,12 +153,7 @@ impl DiskGroupEngine {
                     record_range,
                 }));
             }
-            return Err(GroupEngineError::stream_with_context(
-                StreamErrorCode::StreamClosed,
-                format!("stream '{id}' is closed"),
-                Some(m.tail_offset),
-                vec![StreamErrorContext::StreamClosed],
-            ));
+            return Err(closed_error(&id, m));
         }
         if input.payload.is_empty() && !input.close_after {
             return Err(stream_error(
@@ -173,25 +168,9 @@ impl DiskGroupEngine {
                     "append with a body must include content type",
                 ));
             };
-            if *content_type != m.content_type {
-                return Err(GroupEngineError::stream_with_next_offset(
-                    StreamErrorCode::ContentTypeMismatch,
-                    format!("append content type '{content_type}' does not match stream content type '{}'", m.content_type),
-                    Some(m.tail_offset),
-                ));
-            }
+            check_content_type(m, content_type)?;
         }
-        if let (Some(incoming), Some(last)) = (&input.stream_seq, &m.last_stream_seq) {
-            if incoming <= last {
-                return Err(GroupEngineError::stream_with_next_offset(
-                    StreamErrorCode::StreamSeqConflict,
-                    format!(
-                        "stream sequence '{incoming}' is not greater than last sequence '{last}'"
-                    ),
-                    Some(m.tail_offset),
-                ));
-            }
-        }
+        check_stream_seq(m, input.stream_seq.as_deref())?;
         Ok(Ok(PlannedAppend { input, ends }))
     }
 
@@ -643,12 +622,7 @@ impl DiskGroupEngine {
         let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
         let m = &row.metadata;
         if is_closed(m) {
-            return Err(GroupEngineError::stream_with_context(
-                StreamErrorCode::StreamClosed,
-                format!("stream '{id}' is closed"),
-                Some(m.tail_offset),
-                vec![StreamErrorContext::StreamClosed],
-            ));
+            return Err(closed_error(id, m));
         }
         let Some(content_type) = content_type else {
             return Err(stream_error(
@@ -656,16 +630,7 @@ impl DiskGroupEngine {
                 "append batch must include content type",
             ));
         };
-        if content_type != m.content_type {
-            return Err(GroupEngineError::stream_with_next_offset(
-                StreamErrorCode::ContentTypeMismatch,
-                format!(
-                    "append content type '{content_type}' does not match stream content type '{}'",
-                    m.content_type
-                ),
-                Some(m.tail_offset),
-            ));
-        }
+        check_content_type(m, &content_type)?;
         if payloads.iter().any(|p| p.is_empty()) {
             return Err(stream_error(
                 StreamErrorCode::EmptyAppend,
@@ -834,34 +799,10 @@ impl DiskGroupEngine {
         let record_range = records::prepare(row, len, &request.record_ends)?;
         let m = &row.metadata;
         if is_closed(m) {
-            return Err(GroupEngineError::stream_with_context(
-                StreamErrorCode::StreamClosed,
-                format!("stream '{id}' is closed"),
-                Some(m.tail_offset),
-                vec![StreamErrorContext::StreamClosed],
-            ));
+            return Err(closed_error(&id, m));
         }
-        if request.content_type != m.content_type {
-            return Err(GroupEngineError::stream_with_next_offset(
-                StreamErrorCode::ContentTypeMismatch,
-                format!(
-                    "append content type '{}' does not match stream content type '{}'",
-                    request.content_type, m.content_type
-                ),
-                Some(m.tail_offset),
-            ));
-        }
-        if let (Some(incoming), Some(last)) = (&request.stream_seq, &m.last_stream_seq) {
-            if incoming <= last {
-                return Err(GroupEngineError::stream_with_next_offset(
-                    StreamErrorCode::StreamSeqConflict,
-                    format!(
-                        "stream sequence '{incoming}' is not greater than last sequence '{last}'"
-                    ),
-                    Some(m.tail_offset),
-                ));
-            }
-        }
+        check_content_type(m, &request.content_type)?;
+        check_stream_seq(m, request.stream_seq.as_deref())?;
         self.check_retained_quota(&id.bucket_id, len)?;
         let mut updated = row.clone();
         let offset = updated.metadata.tail_offset;
@@ -922,5 +863,44 @@ impl DiskGroupEngine {
             producer: request.producer,
             record_range,
         })
+    }
+}
+
+/// `StreamClosed` at the stream's tail.
+fn closed_error(id: &BucketStreamId, m: &StreamMetadata) -> GroupEngineError {
+    GroupEngineError::stream_with_context(
+        StreamErrorCode::StreamClosed,
+        format!("stream '{id}' is closed"),
+        Some(m.tail_offset),
+        vec![StreamErrorContext::StreamClosed],
+    )
+}
+
+/// An append's content type must be the stream's.
+fn check_content_type(m: &StreamMetadata, content_type: &str) -> Result<(), GroupEngineError> {
+    if content_type == m.content_type {
+        return Ok(());
+    }
+    Err(GroupEngineError::stream_with_next_offset(
+        StreamErrorCode::ContentTypeMismatch,
+        format!(
+            "append content type '{content_type}' does not match stream content type '{}'",
+            m.content_type
+        ),
+        Some(m.tail_offset),
+    ))
+}
+
+/// A stream seq must be strictly greater (as a string) than the last one accepted.
+fn check_stream_seq(m: &StreamMetadata, incoming: Option<&str>) -> Result<(), GroupEngineError> {
+    match (incoming, m.last_stream_seq.as_deref()) {
+        (Some(incoming), Some(last)) if incoming <= last => {
+            Err(GroupEngineError::stream_with_next_offset(
+                StreamErrorCode::StreamSeqConflict,
+                format!("stream sequence '{incoming}' is not greater than last sequence '{last}'"),
+                Some(m.tail_offset),
+            ))
+        }
+        _ => Ok(()),
     }
 }
