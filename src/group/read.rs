@@ -114,7 +114,8 @@ impl DiskGroupEngine {
         })
     }
 
-    /// The bytes `[from, to)` of a stream: cold chunks below the hot start, records above.
+    /// The bytes `[from, to)` of a stream, stitched from cold chunks, external segments and hot
+    /// records, wherever each lies.
     pub(crate) async fn read_range(
         &self,
         id: &BucketStreamId,
