@@ -5,8 +5,8 @@
 //!   atomic, fsynced `WriteBatch` (format/GROUP_STATE.md).
 //! - Stream payloads live in segment partitions of the group's payload log, one record per
 //!   append, written and fsynced before the state that references them.
-//! - Sealed prefixes move to the cold tier ([`crate::cold::ColdStore`]); reads stitch cold
-//!   chunks and hot records transparently.
+//! - Sealed prefixes move to the cold tier ([`crate::cold::ColdStore`]); external payloads stay
+//!   in the caller's object; reads stitch cold chunks, external segments and hot records.
 //!
 //! The engine keeps every small table in memory (loaded at open) and writes each change through
 //! to RocksDB. If a commit fails, the memory copy is reloaded from disk, so it never runs ahead
