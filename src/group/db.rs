@@ -309,6 +309,7 @@ impl GroupDb {
             gc: VecDeque::new(),
             retired_counts: HashMap::new(),
             shared_refs: HashMap::new(),
+            expiry_floor: u64::MAX,
         };
         self.scan(CF_BUCKETS, &[], &[], |k, _| {
             let bucket = String::from_utf8(k.to_vec())
@@ -371,6 +372,7 @@ impl GroupDb {
             Ok(true)
         })?;
         state.recount_shared_refs();
+        state.recompute_expiry_floor();
         Ok(state)
     }
 

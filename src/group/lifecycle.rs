@@ -296,6 +296,9 @@ impl DiskGroupEngine {
     /// Removes up to 256 expired streams, earliest expiry first (ursula sweeps after every timed
     /// command except appends).
     pub(crate) fn sweep_expired(&mut self, tx: &mut Tx, now_ms: u64) {
+        if now_ms < self.state.expiry_floor {
+            return;
+        }
         let mut expired: Vec<(u64, BucketStreamId)> = self
             .state
             .streams
@@ -307,6 +310,7 @@ impl DiskGroupEngine {
         for (_, id) in expired.into_iter().take(SWEEP_MAX_STREAMS) {
             self.remove_stream(tx, &id);
         }
+        self.state.recompute_expiry_floor();
     }
 
     /// Creates the bucket of `id` when absent (an invalid bucket id is an error).
@@ -627,6 +631,9 @@ impl DiskGroupEngine {
         }
         tx.put_retired_count(&self.db, &id, None);
         tx.mark_stream(&id);
+        if let Some(at) = expiry_at_ms(&row.metadata) {
+            self.state.expiry_floor = self.state.expiry_floor.min(at);
+        }
         self.state.streams.insert(id.clone(), row);
         self.commit_records(tx, &id, 0, &ends);
         let count = records::record_count(&ends, initial_len);

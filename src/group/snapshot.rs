@@ -348,6 +348,7 @@ impl DiskGroupEngine {
             state.streams.insert(id, row);
         }
         state.recount_shared_refs();
+        state.recompute_expiry_floor();
         let previous = std::mem::replace(&mut self.state, state);
         if let Err(e) = self.commit(tx) {
             self.state = previous;

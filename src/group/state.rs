@@ -33,6 +33,10 @@ pub(crate) struct GroupState {
     pub retired_counts: HashMap<BucketStreamId, u64>,
     /// Live references to shared (packed) cold objects, derived from the streams' chunks.
     pub shared_refs: HashMap<String, u64>,
+    /// A lower bound of every stream's expiry (`u64::MAX` when none expires): before it, the
+    /// TTL sweep has nothing to find and skips its scan. Renewals only raise expiries, so only
+    /// new streams lower it.
+    pub expiry_floor: u64,
 }
 
 impl GroupState {
@@ -49,6 +53,16 @@ impl GroupState {
     pub fn reported_hot_start(row: &StreamRow) -> u64 {
         let from = row.hot_start_offset.max(row.retained_offset);
         from.min(row.metadata.tail_offset)
+    }
+
+    /// Recomputes the expiry lower bound from every stream.
+    pub fn recompute_expiry_floor(&mut self) {
+        self.expiry_floor = self
+            .streams
+            .values()
+            .filter_map(|r| expiry_at_ms(&r.metadata))
+            .min()
+            .unwrap_or(u64::MAX);
     }
 
     /// Recounts the references to shared cold objects from every stream's chunks.
