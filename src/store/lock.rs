@@ -11,8 +11,16 @@ pub struct DirLock {
     _file: File,
 }
 
+/// How long a busy lock is retried before the open fails with `Locked`.
+///
+/// An flock belongs to the open file description, so a child process forked at the instant a
+/// store is dropped briefly shares the closing descriptor until its `exec` closes it. A store
+/// reopened right after being dropped could then see a lock nobody really holds any more. A
+/// short retry absorbs that; a real second opener still fails, only this much later.
+pub const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
 impl DirLock {
-    /// Takes the lock of the store at `root` without waiting.
+    /// Takes the lock of the store at `root`, retrying a busy lock for [`LOCK_RETRY`].
     ///
     /// Fails with [`StoreError::Locked`] while another opener holds it: another process, or
     /// another open of the same directory in this process.
@@ -24,10 +32,16 @@ impl DirLock {
             .write(true)
             .open(&path)
             .at(&path)?;
-        match file.try_lock() {
-            Ok(()) => Ok(DirLock { _file: file }),
-            Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked { path }),
-            Err(std::fs::TryLockError::Error(e)) => Err(e).at(&path),
+        let deadline = std::time::Instant::now() + LOCK_RETRY;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(DirLock { _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::Locked { path }),
+                Err(std::fs::TryLockError::Error(e)) => return Err(e).at(&path),
+            }
         }
     }
 }
