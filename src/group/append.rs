@@ -16,7 +16,7 @@ use ursula_stream::{
 use super::db::Tx;
 use super::integrity::{integrity_append, integrity_external};
 use super::lifecycle::validate_producer;
-use super::producers::ProducerDecision;
+use super::producers::{producer_item, ProducerDecision};
 use super::records;
 use super::rows::MessageRow;
 use super::state::{is_closed, renew_ttl, GroupState};
@@ -227,13 +227,7 @@ impl DiskGroupEngine {
             );
         }
         if let Some(p) = &input.producer {
-            let item = ProducerAppendRecord {
-                start_offset: offset,
-                next_offset,
-                closed,
-                record_start: record_range.map(|r| r.first_record),
-                record_next: record_range.map(|r| r.next_record),
-            };
+            let item = producer_item(offset, next_offset, closed, record_range);
             self.record_producer(tx, &id, p, vec![item]);
         }
         self.save_stream(tx, &id);
@@ -842,13 +836,7 @@ impl DiskGroupEngine {
         self.state.streams.insert(id.clone(), updated);
         self.commit_records(tx, &id, offset, &request.record_ends);
         if let Some(p) = &request.producer {
-            let item = ProducerAppendRecord {
-                start_offset: offset,
-                next_offset,
-                closed,
-                record_start: record_range.map(|r| r.first_record),
-                record_next: record_range.map(|r| r.next_record),
-            };
+            let item = producer_item(offset, next_offset, closed, record_range);
             self.record_producer(tx, &id, p, vec![item]);
         }
         self.save_stream(tx, &id);

@@ -10,15 +10,16 @@ use ursula_runtime::{
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
     is_json_record_content_type, validate_bucket_id, validate_stream_id, BucketQuota, ColdGcEntry,
-    ColdGcTarget, ExternalPayloadRef, ObjectPayloadRef, ProducerAppendRecord, StreamAttrs,
-    StreamErrorCode, StreamErrorContext, StreamMetadata, StreamRecordRange, StreamStatus,
+    ColdGcTarget, ExternalPayloadRef, ObjectPayloadRef, StreamAttrs, StreamErrorCode,
+    StreamMetadata, StreamRecordRange, StreamStatus,
 };
 
 use super::db::Tx;
 use super::integrity::{integrity_append, integrity_external};
 use super::payload::PayloadLog;
+use super::producers::{producer_item, seq_conflict};
 use super::records;
-use super::rows::{MessageRow, ProducerRow, ReceiptRow, RecordCursor, StreamRow};
+use super::rows::{MessageRow, RecordCursor, StreamRow};
 use super::state::{compare_ids, expiry_at_ms, is_expired, renew_ttl};
 use super::{not_found, stream_error, DiskGroupEngine};
 
@@ -452,21 +453,15 @@ impl DiskGroupEngine {
                 &input.external_ends,
             )?;
         }
-        if let Some(p) = &request.producer {
-            if p.producer_seq != 0 {
-                return Err(GroupEngineError::stream_with_context(
-                    StreamErrorCode::ProducerSeqConflict,
-                    format!(
-                        "producer '{}' expected sequence 0, received {}",
-                        p.producer_id, p.producer_seq
-                    ),
-                    None,
-                    vec![StreamErrorContext::ProducerSeqConflict {
-                        expected_seq: 0,
-                        received_seq: p.producer_seq,
-                    }],
-                ));
-            }
+        if let Some(p) = request.producer.as_ref().filter(|p| p.producer_seq != 0) {
+            return Err(seq_conflict(
+                p,
+                0,
+                format!(
+                    "producer '{}' expected sequence 0, received {}",
+                    p.producer_id, p.producer_seq
+                ),
+            ));
         }
         self.expire_if_due(tx, id, request.now_ms);
         if let Some(existing) = self.state.streams.get(id) {
@@ -595,39 +590,8 @@ impl DiskGroupEngine {
             );
         }
         if let Some(p) = &request.producer {
-            let item = ProducerAppendRecord {
-                start_offset: 0,
-                next_offset: initial_len,
-                closed: request.close_after,
-                record_start: record_range.map(|r| r.first_record),
-                record_next: record_range.map(|r| r.next_record),
-            };
-            let producer = ProducerRow {
-                epoch: p.producer_epoch,
-                seq: p.producer_seq,
-                last_start_offset: 0,
-                last_next_offset: initial_len,
-                last_closed: request.close_after,
-                last_items: vec![item.clone()],
-            };
-            tx.put_producer(&self.db, &id, &p.producer_id, &producer, true);
-            tx.put_receipt(
-                &self.db,
-                &id,
-                &p.producer_id,
-                p.producer_seq,
-                &ReceiptRow {
-                    start_offset: 0,
-                    next_offset: initial_len,
-                    closed: request.close_after,
-                    items: vec![item],
-                },
-            );
-            self.state
-                .producers
-                .entry(id.clone())
-                .or_default()
-                .insert(p.producer_id.clone(), producer);
+            let item = producer_item(0, initial_len, request.close_after, record_range);
+            self.record_producer(tx, &id, p, vec![item]);
         }
         tx.put_retired_count(&self.db, &id, None);
         tx.mark_stream(&id);

@@ -3,7 +3,9 @@
 
 use ursula_runtime::GroupEngineError;
 use ursula_shard::BucketStreamId;
-use ursula_stream::{ProducerAppendRecord, ProducerRequest, StreamErrorCode, StreamErrorContext};
+use ursula_stream::{
+    ProducerAppendRecord, ProducerRequest, StreamErrorCode, StreamErrorContext, StreamRecordRange,
+};
 
 use super::db::Tx;
 use super::rows::{ProducerRow, ReceiptRow};
@@ -141,7 +143,28 @@ impl DiskGroupEngine {
     }
 }
 
-fn seq_conflict(p: &ProducerRequest, expected: u64, message: String) -> GroupEngineError {
+/// The producer's record of one accepted append: its offsets, closed flag and record range.
+pub(crate) fn producer_item(
+    start_offset: u64,
+    next_offset: u64,
+    closed: bool,
+    records: Option<StreamRecordRange>,
+) -> ProducerAppendRecord {
+    ProducerAppendRecord {
+        start_offset,
+        next_offset,
+        closed,
+        record_start: records.map(|r| r.first_record),
+        record_next: records.map(|r| r.next_record),
+    }
+}
+
+/// `ProducerSeqConflict`: the sequence `p` carries is not the `expected` one.
+pub(crate) fn seq_conflict(
+    p: &ProducerRequest,
+    expected: u64,
+    message: String,
+) -> GroupEngineError {
     GroupEngineError::stream_with_context(
         StreamErrorCode::ProducerSeqConflict,
         message,
