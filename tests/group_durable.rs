@@ -519,12 +519,33 @@ async fn group_snapshots_move_between_strata_and_the_in_memory_engine() {
     drop((store, fresh));
 }
 
-fn external(stream: &BucketStreamId, path: &str, len: u64, size: u64) -> ExternalPayloadRef {
-    let _ = stream;
+fn external(path: &str, len: u64, size: u64) -> ExternalPayloadRef {
     ExternalPayloadRef {
         s3_path: path.into(),
         payload_len: len,
         object_size: size,
+    }
+}
+
+/// A create of `id` whose first `len` bytes are in the object at `path` (of `size` bytes).
+fn create_external(
+    id: &BucketStreamId,
+    path: &str,
+    len: u64,
+    size: u64,
+) -> CreateStreamExternalRequest {
+    CreateStreamExternalRequest {
+        stream_id: id.clone(),
+        content_type: CT.into(),
+        initial_payload: external(path, len, size),
+        record_ends: Vec::new(),
+        close_after: false,
+        stream_seq: None,
+        producer: None,
+        stream_ttl_seconds: None,
+        stream_expires_at_ms: None,
+        attrs: None,
+        now_ms: 1,
     }
 }
 
@@ -545,19 +566,7 @@ async fn external_payloads_are_served_from_their_objects_across_flushes_and_rest
         .put("tenant/ext/external/two.bin", Bytes::from(second.clone()))
         .await
         .expect("upload");
-    let bad = |len, size| CreateStreamExternalRequest {
-        stream_id: id.clone(),
-        content_type: CT.into(),
-        initial_payload: external(&id, "tenant/ext/external/one.bin", len, size),
-        record_ends: Vec::new(),
-        close_after: false,
-        stream_seq: None,
-        producer: None,
-        stream_ttl_seconds: None,
-        stream_expires_at_ms: None,
-        attrs: None,
-        now_ms: 1,
-    };
+    let bad = |len, size| create_external(&id, "tenant/ext/external/one.bin", len, size);
     assert_eq!(
         code(engine.create_stream_external(bad(0, 100), p()).await),
         Some(StreamErrorCode::EmptyAppend)
@@ -601,7 +610,7 @@ async fn external_payloads_are_served_from_their_objects_across_flushes_and_rest
     let ext = ursula_runtime::AppendExternalRequest {
         stream_id: id.clone(),
         content_type: CT.into(),
-        payload: external(&id, "tenant/ext/external/two.bin", 200, 250),
+        payload: external("tenant/ext/external/two.bin", 200, 250),
         record_ends: Vec::new(),
         close_after: false,
         stream_seq: None,
@@ -959,23 +968,7 @@ async fn external_payloads_answer_like_the_in_memory_engine() {
             .await
             .expect("upload");
     }
-    let create = CreateStreamExternalRequest {
-        stream_id: id.clone(),
-        content_type: CT.into(),
-        initial_payload: ExternalPayloadRef {
-            s3_path: "tenant/ext-diff/external/a.bin".into(),
-            payload_len: 40,
-            object_size: 64,
-        },
-        record_ends: Vec::new(),
-        close_after: false,
-        stream_seq: None,
-        producer: None,
-        stream_ttl_seconds: None,
-        stream_expires_at_ms: None,
-        attrs: None,
-        now_ms: 1,
-    };
+    let create = create_external(&id, "tenant/ext-diff/external/a.bin", 40, 64);
     assert_eq!(
         engine
             .create_stream_external(create.clone(), p())

@@ -185,15 +185,6 @@ impl ColdStore {
         Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
     }
 
-    /// Deletes every object under `prefix`; returns how many.
-    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, ColdError> {
-        let paths = self.list(prefix).await?;
-        for path in &paths {
-            self.delete(path).await?;
-        }
-        Ok(paths.len())
-    }
-
     /// The decoded bytes of the Strata object at `path`, from the cache or the store (the cache
     /// lock is never held across the fetch).
     pub async fn decoded(&self, path: &str) -> Result<Bytes, ColdError> {
