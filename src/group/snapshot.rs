@@ -32,10 +32,10 @@ impl DiskGroupEngine {
             let tail = row.metadata.tail_offset;
             let hot_from = row.hot_start_offset.max(row.retained_offset).min(tail);
             // Hot bytes are the runs between external segments above the hot start.
-            let externals = self.db.externals(id, hot_from, tail)?;
+            let externals = self.db.externals(id, 0, tail)?;
             let mut runs = Vec::new();
             let mut cursor = hot_from;
-            for segment in &externals {
+            for segment in externals.iter().filter(|e| e.end_offset > hot_from) {
                 if segment.start_offset > cursor {
                     runs.push((cursor, segment.start_offset));
                 }
@@ -113,7 +113,7 @@ impl DiskGroupEngine {
                 cold_frontier_offset: row.hot_start_offset.max(row.retained_offset),
                 cold_index_generation: 0,
                 cold_chunks: row.cold_chunks.clone(),
-                external_segments: self.db.externals(id, 0, tail)?,
+                external_segments: externals,
                 message_records,
                 record_index,
                 integrity: integrity_snapshot(row),
