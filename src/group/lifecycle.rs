@@ -189,15 +189,7 @@ fn external_record_index(
     if len > 0 && ends.is_empty() {
         return Ok(false);
     }
-    let valid = ends.last() == Some(&len)
-        && ends.first() != Some(&0)
-        && ends.windows(2).all(|w| w[0] < w[1]);
-    if !valid {
-        return Err(stream_error(
-            StreamErrorCode::InvalidRecordBoundaries,
-            "record boundaries do not match the canonical JSON payload",
-        ));
-    }
+    records::check_relative_ends(len, ends)?;
     Ok(true)
 }
 

@@ -53,6 +53,16 @@ pub(crate) fn prepare(
             "binary streams cannot carry JSON record boundaries",
         ));
     };
+    check_relative_ends(len, ends)?;
+    Ok(Some(StreamRecordRange {
+        first_record: cursor.next,
+        next_record: cursor.next + ends.len() as u64,
+    }))
+}
+
+/// Record ends relative to a payload of `len` bytes must be strictly increasing, non-zero, and
+/// end at `len` (none at all for an empty payload).
+pub(crate) fn check_relative_ends(len: u64, ends: &[u64]) -> Result<(), GroupEngineError> {
     let valid = if len == 0 {
         ends.is_empty()
     } else {
@@ -66,10 +76,7 @@ pub(crate) fn prepare(
             "record boundaries do not match the canonical JSON payload",
         ));
     }
-    Ok(Some(StreamRecordRange {
-        first_record: cursor.next,
-        next_record: cursor.next + ends.len() as u64,
-    }))
+    Ok(())
 }
 
 /// `record_match`: the stream's record tail must be `expected` (JSON streams only).
