@@ -337,16 +337,7 @@ impl DiskGroupEngine {
                 dropped.into_iter().partition(|(_, _, shared)| *shared);
             let dropped: Vec<String> = exclusive.into_iter().map(|(_, path, _)| path).collect();
             let released: Vec<String> = shared.into_iter().map(|(_, path, _)| path).collect();
-            let stale: Vec<u64> = self
-                .db
-                .messages(&id, 0, target)?
-                .into_iter()
-                .filter(|(_, m)| m.end_offset <= target)
-                .map(|(s, _)| s)
-                .collect();
-            if let (Some(first), Some(last)) = (stale.first(), stale.last()) {
-                tx.delete_messages(&self.db, &id, *first, last + 1);
-            }
+            tx.delete_messages_below(&self.db, &id, target)?;
             let usage = self.state.usage.entry(id.bucket_id.clone()).or_default();
             usage.retained_bytes = usage.retained_bytes.saturating_sub(target - current);
             self.save_usage(&mut tx, &id.bucket_id);

@@ -309,16 +309,7 @@ impl DiskGroupEngine {
         }
         self.settle_hot_start(id)?;
         // Message rows wholly below the new hot start are no longer needed for reads.
-        let below: Vec<u64> = self
-            .db
-            .messages(id, 0, end)?
-            .into_iter()
-            .filter(|(_, m)| m.end_offset <= end)
-            .map(|(s, _)| s)
-            .collect();
-        if let (Some(first), Some(last)) = (below.first(), below.last()) {
-            tx.delete_messages(&self.db, id, *first, last + 1);
-        }
+        tx.delete_messages_below(&self.db, id, end)?;
         self.save_stream(&mut tx, id);
         self.state.commit_index += 1;
         let response = FlushColdResponse {

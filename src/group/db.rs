@@ -597,16 +597,31 @@ impl Tx {
         );
     }
 
-    /// Removes message rows of `id` with start in `[from, to)`.
-    pub fn delete_messages(&mut self, db: &GroupDb, id: &BucketStreamId, from: u64, to: u64) {
-        match db.cf(CF_MESSAGES) {
-            Ok(handle) => self.batch.delete_range_cf(
-                handle,
-                super::keys::message_key(id, from),
-                super::keys::message_key(id, to),
-            ),
-            Err(e) => self.error = Some(e),
+    /// Removes the message rows of `id` that end at or below `offset` (a message straddling it
+    /// stays).
+    pub fn delete_messages_below(
+        &mut self,
+        db: &GroupDb,
+        id: &BucketStreamId,
+        offset: u64,
+    ) -> Result<(), GroupError> {
+        let below: Vec<u64> = db
+            .messages(id, 0, offset)?
+            .into_iter()
+            .filter(|(_, m)| m.end_offset <= offset)
+            .map(|(start, _)| start)
+            .collect();
+        if let (Some(first), Some(last)) = (below.first(), below.last()) {
+            match db.cf(CF_MESSAGES) {
+                Ok(handle) => self.batch.delete_range_cf(
+                    handle,
+                    super::keys::message_key(id, *first),
+                    super::keys::message_key(id, last + 1),
+                ),
+                Err(e) => self.error = Some(e),
+            }
         }
+        Ok(())
     }
 
     /// Writes a producer row; `reset` first drops the producer's receipts (a new epoch).
