@@ -343,15 +343,11 @@ impl DiskGroupEngine {
             self.ensure_access(&id, request.now_ms, false, placement)?;
         }
         let mut tx = Tx::default();
-        let outcome = self.append_core(&mut tx, request.into(), admission).await;
-        if outcome.is_err() && admission.max_hot_bytes_per_group.is_some() {
-            return self.rollback(
-                &tx,
-                outcome
-                    .err()
-                    .unwrap_or_else(|| GroupEngineError::new("append")),
-            );
-        }
+        let outcome = match self.append_core(&mut tx, request.into(), admission).await {
+            // Under admission ursula previews on a copy: a refused append changes nothing.
+            Err(e) if admission.max_hot_bytes_per_group.is_some() => return self.rollback(&tx, e),
+            outcome => outcome,
+        };
         let response = outcome.and_then(|o| self.append_response(&id, o, placement));
         self.finish(tx, response)
     }
@@ -465,15 +461,10 @@ impl DiskGroupEngine {
                 Ok(GroupAppendBatchResponse { placement, items })
             }
         };
-        if result.is_err() && admission.max_hot_bytes_per_group.is_some() {
-            return self.rollback(
-                &tx,
-                result
-                    .err()
-                    .unwrap_or_else(|| GroupEngineError::new("append batch")),
-            );
+        match result {
+            Err(e) if admission.max_hot_bytes_per_group.is_some() => self.rollback(&tx, e),
+            result => self.finish(tx, result),
         }
-        self.finish(tx, result)
     }
 
     /// Applies producer-less batch items one after the other (each sees the ones before it;
