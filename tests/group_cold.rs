@@ -70,6 +70,16 @@ fn segment_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// Creates binary stream `id` at time 1.
+async fn create_stream(engine: &mut DiskGroupEngine, id: &BucketStreamId) {
+    let mut create = CreateStreamRequest::new(id.clone(), CT);
+    create.now_ms = 1;
+    engine
+        .create_stream(create, placement(), ColdWriteAdmission::default())
+        .await
+        .expect("create");
+}
+
 async fn append_many(
     engine: &mut DiskGroupEngine,
     id: &BucketStreamId,
@@ -119,12 +129,7 @@ async fn lifecycle(dir: &Path, cold: impl Fn() -> ColdStore) {
     let p = placement();
     let id = BucketStreamId::new("tenant", "events");
     let (store, mut engine) = open(dir, cold());
-    let mut create = CreateStreamRequest::new(id.clone(), CT);
-    create.now_ms = 1;
-    engine
-        .create_stream(create, p, ColdWriteAdmission::default())
-        .await
-        .expect("create");
+    create_stream(&mut engine, &id).await;
     let mut model = Vec::new();
     append_many(&mut engine, &id, &mut model, 120, 2).await;
     let hot_before = segment_bytes(dir);
@@ -307,12 +312,7 @@ async fn object_store_failures_mid_flush_lose_nothing_and_reference_nothing_twic
     let dir = tempfile::tempdir().expect("tempdir");
     let id = BucketStreamId::new("tenant", "faults");
     let (store, mut engine) = open(dir.path(), unreachable_store());
-    let mut create = CreateStreamRequest::new(id.clone(), CT);
-    create.now_ms = 1;
-    engine
-        .create_stream(create, p, ColdWriteAdmission::default())
-        .await
-        .expect("create");
+    create_stream(&mut engine, &id).await;
     let mut model = Vec::new();
     append_many(&mut engine, &id, &mut model, 40, 2).await;
     let commit = engine.commit_index();
@@ -433,12 +433,7 @@ async fn damaged_and_missing_cold_objects_are_reported_with_their_path() {
     let cold_dir = dir.path().join("cold");
     let id = BucketStreamId::new("tenant", "damaged");
     let (_store, mut engine) = open(dir.path(), ColdStore::local(&cold_dir).expect("cold"));
-    let mut create = CreateStreamRequest::new(id.clone(), CT);
-    create.now_ms = 1;
-    engine
-        .create_stream(create, p, ColdWriteAdmission::default())
-        .await
-        .expect("create");
+    create_stream(&mut engine, &id).await;
     let mut model = Vec::new();
     append_many(&mut engine, &id, &mut model, 60, 2).await;
     engine
@@ -525,12 +520,7 @@ async fn cold_crash_child() {
     let p = placement();
     let (_store, mut engine) = open(dir, ColdStore::local(&dir.join("cold")).expect("cold"));
     let id = BucketStreamId::new("tenant", "crash");
-    let mut create = CreateStreamRequest::new(id.clone(), CT);
-    create.now_ms = 1;
-    engine
-        .create_stream(create, p, ColdWriteAdmission::default())
-        .await
-        .expect("create");
+    create_stream(&mut engine, &id).await;
     for round in 0u64.. {
         let tail = engine
             .head_stream(
