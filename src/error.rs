@@ -18,6 +18,13 @@ pub enum StoreError {
         /// The operating-system error.
         source: std::io::Error,
     },
+    /// The disk is full (ENOSPC): nothing of the failed operation is acknowledged, and the
+    /// store works again once space is freed.
+    #[error("no space left on the device holding {path}")]
+    NoSpace {
+        /// File or directory the call was about.
+        path: PathBuf,
+    },
     /// Bytes on disk failed validation (CRC, framing or ordering).
     #[error("corrupt data in {file} at byte {offset}: {source}")]
     Corrupt {
@@ -58,8 +65,10 @@ pub enum StoreError {
     /// An append was refused before anything was written.
     #[error("append refused: {0}")]
     Encode(#[from] EncodeError),
-    /// A partition met an fsync or write failure and refuses further writes.
-    #[error("partition {partition} refuses writes after an earlier I/O failure: {reason}")]
+    /// A sync of the partition failed: the appends of that round may or may not be durable
+    /// (their outcome is unknown). The partition refuses writes until its unsynced bytes are
+    /// written and synced again, which every later append or sync retries.
+    #[error("partition {partition}: a sync failed, appends of that round may or may not be durable: {reason}")]
     Poisoned {
         /// The failed partition.
         partition: u32,
@@ -85,8 +94,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Wraps an I/O error with the path it concerns.
+    /// Wraps an I/O error with the path it concerns ([`StoreError::NoSpace`] for ENOSPC).
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::StorageFull {
+            return StoreError::NoSpace { path: path.into() };
+        }
         StoreError::Io {
             path: path.into(),
             source,

@@ -5,11 +5,20 @@
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use strata::log::LogOwner;
 use strata::segment::{
-    decode_batch, decode_segment_header, encode_batch, encode_segment_header, Compression,
-    IndexEntry, Record, SegmentIndex,
+    decode_batch, decode_segment_header, encode_batch, encode_segment_header, encode_unsealed,
+    seal_batch, Compression, IndexEntry, Record, SegmentIndex,
 };
 use strata::store::manifest::{LogEntry, Manifest};
+
+/// The committed bytes of a vector that this build only reads (an older format version).
+fn read_only_vector(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("format/vectors")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
 
 fn vector(name: &str, encoded: &[u8]) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -60,55 +69,79 @@ fn sample_records() -> Vec<Record> {
     ]
 }
 
-#[test]
-fn batch_v1_matches_its_golden_bytes_and_the_spec() {
-    let mut encoded = Vec::new();
-    encode_batch(&sample_records(), Compression::None, &mut encoded).unwrap();
-    let b = vector("batch_v1.bin", &encoded);
+/// Checks every record field of the three sample records laid out from byte `at`.
+fn check_sample_records(b: &[u8], at: usize) {
+    // Record 0: delta 0, ts 1000, value only.
+    assert_eq!(u32_at(b, at), 0);
+    assert_eq!(i64_at(b, at + 4), 1000);
+    assert_eq!(b[at + 12], 0b10);
+    assert_eq!(u32_at(b, at + 13), 5);
+    assert_eq!(&b[at + 17..at + 22], b"hello");
+    // Record 1: delta 1, key "k", tombstone.
+    assert_eq!(u32_at(b, at + 22), 1);
+    assert_eq!(i64_at(b, at + 26), 1001);
+    assert_eq!(b[at + 34], 0b01);
+    assert_eq!(u32_at(b, at + 35), 1);
+    assert_eq!(&b[at + 39..at + 40], b"k");
+    // Record 2: delta 4, key "key2", empty value.
+    assert_eq!(u32_at(b, at + 40), 4);
+    assert_eq!(i64_at(b, at + 44), 999);
+    assert_eq!(b[at + 52], 0b11);
+    assert_eq!(u32_at(b, at + 53), 4);
+    assert_eq!(&b[at + 57..at + 61], b"key2");
+    assert_eq!(u32_at(b, at + 61), 0);
+    assert_eq!(b.len(), at + 65);
+}
 
-    let records_len = (13 + 4 + 5) + (13 + 4 + 1) + (13 + 4 + 4 + 4);
-    assert_eq!(u32_at(&b, 0) as usize, 48 + records_len, "batch_len");
+/// Checks the header fields both batch versions share.
+fn check_common_header(b: &[u8], header_len: usize, version: u8) {
+    let records_len = 65;
+    assert_eq!(u32_at(b, 0) as usize, header_len + records_len, "batch_len");
     let mut crc = crc32fast::Hasher::new();
     crc.update(&b[0..4]);
     crc.update(&b[8..]);
     assert_eq!(
-        u32_at(&b, 4),
+        u32_at(b, 4),
         crc.finalize(),
         "crc over everything but itself"
     );
     assert_eq!(&b[8..10], b"SB");
-    assert_eq!(b[10], 1, "version");
+    assert_eq!(b[10], version, "version");
     assert_eq!(b[11], 0, "attributes: uncompressed");
-    assert_eq!(u32_at(&b, 12), 3, "record_count");
-    assert_eq!(i64_at(&b, 16), 5, "base_offset");
-    assert_eq!(u32_at(&b, 24), 4, "last_offset_delta");
-    assert_eq!(u32_at(&b, 28) as usize, records_len, "records_len");
-    assert_eq!(i64_at(&b, 32), 1000, "first_timestamp");
-    assert_eq!(i64_at(&b, 40), 1001, "max_timestamp");
-    // Record 0: delta 0, ts 1000, value only.
-    assert_eq!(u32_at(&b, 48), 0);
-    assert_eq!(i64_at(&b, 52), 1000);
-    assert_eq!(b[60], 0b10);
-    assert_eq!(u32_at(&b, 61), 5);
-    assert_eq!(&b[65..70], b"hello");
-    // Record 1: delta 1, key "k", tombstone.
-    assert_eq!(u32_at(&b, 70), 1);
-    assert_eq!(i64_at(&b, 74), 1001);
-    assert_eq!(b[82], 0b01);
-    assert_eq!(u32_at(&b, 83), 1);
-    assert_eq!(&b[87..88], b"k");
-    // Record 2: delta 4, key "key2", empty value.
-    assert_eq!(u32_at(&b, 88), 4);
-    assert_eq!(i64_at(&b, 92), 999);
-    assert_eq!(b[100], 0b11);
-    assert_eq!(u32_at(&b, 101), 4);
-    assert_eq!(&b[105..109], b"key2");
-    assert_eq!(u32_at(&b, 109), 0);
-    assert_eq!(b.len(), 113);
+    assert_eq!(u32_at(b, 12), 3, "record_count");
+    assert_eq!(i64_at(b, 16), 5, "base_offset");
+    assert_eq!(u32_at(b, 24), 4, "last_offset_delta");
+    assert_eq!(u32_at(b, 28) as usize, records_len, "records_len");
+    assert_eq!(i64_at(b, 32), 1000, "first_timestamp");
+    assert_eq!(i64_at(b, 40), 1001, "max_timestamp");
+}
 
+#[test]
+fn batch_v2_matches_its_golden_bytes_and_the_spec() {
+    let mut encoded = Vec::new();
+    let mut header = encode_unsealed(&sample_records(), Compression::None, &mut encoded).unwrap();
+    seal_batch(&mut encoded, &mut header, 5, 4096);
+    let b = vector("batch_v2.bin", &encoded);
+    check_common_header(&b, 56, 2);
+    assert_eq!(i64_at(&b, 48), 4096, "synced_len");
+    check_sample_records(&b, 56);
+    let (decoded, records) = decode_batch(&b).unwrap();
+    assert_eq!(records, sample_records());
+    assert_eq!(decoded, header);
+    assert_eq!((decoded.last_offset(), decoded.synced_len), (9, 4096));
+}
+
+#[test]
+fn batch_v1_is_still_read() {
+    let b = read_only_vector("batch_v1.bin");
+    check_common_header(&b, 48, 1);
+    check_sample_records(&b, 48);
     let (header, records) = decode_batch(&b).unwrap();
     assert_eq!(records, sample_records());
     assert_eq!(header.last_offset(), 9);
+    assert_eq!(header.synced_len, strata::segment::SYNCED_LEN_UNKNOWN);
+    let (_, records) = decode_batch(&read_only_vector("batch_v1_zstd.bin")).unwrap();
+    assert_eq!(records, sample_records());
 }
 
 #[test]
@@ -120,11 +153,12 @@ fn zstd_batch_decodes_to_the_same_records() {
         &mut encoded,
     )
     .unwrap();
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("format/vectors/batch_v1_zstd.bin");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("format/vectors/batch_v2_zstd.bin");
     if std::env::var_os("STRATA_BLESS").is_some() {
         std::fs::write(&path, &encoded).unwrap();
     }
     let golden = std::fs::read(&path).unwrap();
+    assert_eq!(golden[10], 2, "version");
     assert_eq!(golden[11], 1, "attributes: zstd");
     assert_eq!(
         u32_at(&golden, 28),
@@ -181,33 +215,60 @@ fn index_v1_matches_its_golden_bytes_and_the_spec() {
 }
 
 #[test]
-fn manifest_v1_matches_its_golden_bytes_and_the_spec() {
+fn manifest_v2_matches_its_golden_bytes_and_the_spec() {
     let manifest = Manifest {
+        store_id: *b"0123456789abcdef",
         logs: vec![
             LogEntry {
                 name: "events".into(),
                 partitions: 8,
+                owner: LogOwner::Policies,
             },
             LogEntry {
-                name: "__coordination".into(),
+                name: "__group_g".into(),
                 partitions: 1,
+                owner: LogOwner::Layer,
             },
         ],
     };
-    let b = vector("manifest_v1.bin", &manifest.encode());
+    let b = vector("manifest_v2.bin", &manifest.encode());
     assert_eq!(&b[0..8], b"STRATAMF");
-    assert_eq!(u32_at(&b, 8), 1);
+    assert_eq!(u32_at(&b, 8), 2);
     let body_len = u32_at(&b, 12) as usize;
     assert_eq!(b.len(), 20 + body_len);
     assert_eq!(u32_at(&b, 16), crc32fast::hash(&b[20..]));
-    assert_eq!(u32_at(&b, 20), 2, "log_count");
-    assert_eq!(u16::from_le_bytes([b[24], b[25]]), 6);
-    assert_eq!(&b[26..32], b"events");
-    assert_eq!(u32_at(&b, 32), 8);
-    assert_eq!(u16::from_le_bytes([b[36], b[37]]), 14);
-    assert_eq!(&b[38..52], b"__coordination");
-    assert_eq!(u32_at(&b, 52), 1);
+    assert_eq!(&b[20..36], b"0123456789abcdef", "store_id");
+    assert_eq!(u32_at(&b, 36), 2, "log_count");
+    assert_eq!(u16::from_le_bytes([b[40], b[41]]), 6);
+    assert_eq!(&b[42..48], b"events");
+    assert_eq!(u32_at(&b, 48), 8, "partitions");
+    assert_eq!(u32_at(&b, 52), 0, "flags");
+    assert_eq!(u16::from_le_bytes([b[56], b[57]]), 9);
+    assert_eq!(&b[58..67], b"__group_g");
+    assert_eq!(u32_at(&b, 67), 1, "partitions");
+    assert_eq!(u32_at(&b, 71), 1, "flags: owned by its layer");
+    assert_eq!(b.len(), 75);
     assert_eq!(Manifest::decode(&b), Ok(manifest));
+}
+
+#[test]
+fn manifest_v1_is_still_read() {
+    let b = read_only_vector("manifest_v1.bin");
+    assert_eq!(u32_at(&b, 8), 1);
+    let manifest = Manifest::decode(&b).unwrap();
+    assert_eq!(manifest.store_id, [0; 16], "no id yet: assigned at open");
+    let names: Vec<(&str, u32, LogOwner)> = manifest
+        .logs
+        .iter()
+        .map(|l| (l.name.as_str(), l.partitions, l.owner))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            ("events", 8, LogOwner::Policies),
+            ("__coordination", 1, LogOwner::Policies)
+        ]
+    );
 }
 
 mod coordination {

@@ -2,7 +2,7 @@
 //! command (written with sync), and the full load at open (format/GROUP_STATE.md).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rocksdb::{
     ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
@@ -16,6 +16,8 @@ use super::rows::{
 };
 use super::state::GroupState;
 use super::GroupError;
+use crate::fs::{create_dir_durable, Fs};
+use crate::StoreError;
 
 /// Version of the group-state layout; stored under `meta/format_version`.
 pub const GROUP_STATE_VERSION: u64 = 1;
@@ -60,6 +62,9 @@ const META_NEXT_GC_SEQ: &[u8] = b"next_cold_gc_seq";
 /// The open database.
 pub(crate) struct GroupDb {
     db: DB,
+    /// The file layer, told of every durability point of RocksDB (see [`crate::fs`]).
+    fs: Fs,
+    dir: PathBuf,
 }
 
 /// The writes of one command, committed atomically by [`GroupDb::commit`].
@@ -71,8 +76,11 @@ pub(crate) struct Tx {
 }
 
 impl GroupDb {
-    /// Opens (creating when absent) the database in `dir`, checking its format version.
-    pub fn open(dir: &Path) -> Result<Self, GroupError> {
+    /// Opens (creating when absent) the database in `dir`, checking its format version. `dir`
+    /// is created through `fs` and handed to RocksDB as a native directory.
+    pub fn open(fs: &Fs, dir: &Path) -> Result<Self, GroupError> {
+        create_dir_durable(&**fs, dir)?;
+        fs.native_dir(dir).map_err(|e| StoreError::io(dir, e))?;
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
@@ -80,7 +88,11 @@ impl GroupDb {
             .iter()
             .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
         let db = DB::open_cf_descriptors(&options, dir, families)?;
-        let this = Self { db };
+        let this = Self {
+            db,
+            fs: fs.clone(),
+            dir: dir.to_path_buf(),
+        };
         match this.get(CF_META, META_FORMAT_VERSION)? {
             None => {
                 let mut tx = Tx::default();
@@ -120,6 +132,9 @@ impl GroupDb {
         }
         let mut options = WriteOptions::default();
         options.set_sync(true);
+        self.fs
+            .external_sync(&self.dir)
+            .map_err(|e| StoreError::io(&self.dir, e))?;
         Ok(self.db.write_opt(tx.batch, &options)?)
     }
 

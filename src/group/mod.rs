@@ -164,8 +164,7 @@ impl DiskGroupEngine {
             )));
         }
         let dir = Self::state_dir(store, name);
-        crate::fs::create_dir_durable(&dir)?;
-        let db = GroupDb::open(&dir)?;
+        let db = GroupDb::open(store.fs(), &dir)?;
         let state = db.load()?;
         let payloads = PayloadLog::open(
             store,

@@ -9,7 +9,7 @@ use ursula_shard::BucketStreamId;
 
 use super::keys::stream_key;
 use super::GroupError;
-use crate::log::{Log, LogOptions};
+use crate::log::{Log, LogOptions, LogOwner};
 use crate::segment::NewRecord;
 use crate::store::Store;
 
@@ -25,7 +25,7 @@ impl PayloadLog {
     /// Opens (creating) the payload log `name` of `store`.
     pub fn open(store: &Store, name: &str, options: LogOptions) -> Result<Self, GroupError> {
         Ok(Self {
-            log: store.open_log(name, PAYLOAD_PARTITIONS, options)?,
+            log: store.open_log_as(name, PAYLOAD_PARTITIONS, options, LogOwner::Layer)?,
         })
     }
 

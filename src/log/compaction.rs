@@ -10,9 +10,13 @@
 //! superseded only beyond the covered range are kept until a later pass covers it. When nothing
 //! is dirty a pass starts over from the first segment.
 //!
-//! Offsets never change: removed records leave gaps. A rewritten segment is written under a
-//! temporary name, synced, and renamed over the old file (atomic; readers that mapped the old file
-//! keep reading it); a segment left empty is deleted.
+//! Offsets never change: removed records leave gaps. The covered segments are changed oldest
+//! first, each change durable before the next begins: a rewritten segment is written under a
+//! temporary name, synced, renamed over the old file and its directory synced (readers that
+//! mapped the old file keep reading it); a segment left empty is unlinked and its directory
+//! synced. So a tombstone is dropped (from a later segment) only once every older record of its
+//! key is durably gone, and a pass that fails or is cut short by a crash never brings a deleted
+//! key back.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,9 +27,9 @@ use super::partition::Partition;
 use super::retention::remove_segments;
 use super::Log;
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{sync_dir, write_file};
+use crate::fs::{remove_if_present, sync_dir, write_file};
 use crate::segment::{
-    batch_spans, decode_batch, encode_batch, index_file_name, segment_file_name, Record,
+    batch_spans, decode_batch, encode_unsealed, index_file_name, segment_file_name, Record,
     SealedSegment, SegmentWriter, SEGMENT_HEADER_LEN,
 };
 
@@ -50,7 +54,8 @@ pub struct CompactionReport {
 }
 
 impl CompactionReport {
-    fn add(&mut self, other: CompactionReport) {
+    /// Adds another report's counts to this one.
+    pub fn add(&mut self, other: CompactionReport) {
         self.segments_rewritten += other.segments_rewritten;
         self.segments_removed += other.segments_removed;
         self.records_removed += other.records_removed;
@@ -120,37 +125,17 @@ impl Log {
 
     /// Runs one compaction pass over `partition` as of `now_ms` (blocking).
     pub fn compact_partition(&self, partition: u32, now_ms: i64) -> StoreResult<CompactionReport> {
+        self.check_removable("compaction")?;
         let p = self.partition(partition)?.clone();
         let mut clean_end = p.maintenance.lock().unwrap_or_else(|e| e.into_inner());
         self.roll_blocking(partition)?;
         let segments = p.view().sealed;
         let policy = self.inner.options.compaction;
-
         let dirty_start = segments
             .iter()
             .position(|s| s.index().last_offset >= *clean_end)
             .unwrap_or(0);
-        let mut latest: HashMap<Bytes, i64> = HashMap::new();
-        let mut map_bytes = 0usize;
-        let mut covered = dirty_start;
-        for segment in &segments[dirty_start..] {
-            for_each_batch(segment, |records| {
-                for r in records {
-                    if let Some(key) = r.key {
-                        let len = key.len();
-                        if latest.insert(key, r.offset).is_none() {
-                            map_bytes += len + KEY_MAP_ENTRY_OVERHEAD;
-                        }
-                    }
-                }
-                Ok(())
-            })?;
-            covered += 1;
-            if map_bytes >= policy.max_key_map_bytes {
-                break;
-            }
-        }
-
+        let (latest, covered) = key_map(&segments, dirty_start, policy.max_key_map_bytes)?;
         let delete_before =
             now_ms.saturating_sub(policy.delete_retention.as_millis().min(i64::MAX as u128) as i64);
         let keep = |r: &Record| match &r.key {
@@ -161,36 +146,49 @@ impl Log {
             },
         };
         let mut report = CompactionReport::default();
-        let mut emptied = Vec::new();
+        // Oldest first, each change durable before the next (see the module docs).
         for segment in &segments[..covered] {
-            let len = segment.index().segment_len;
-            report.bytes_before += len;
-            let mut kept = Vec::new();
-            let mut removed = 0u64;
-            for_each_batch(segment, |records| {
-                for r in records {
-                    if keep(&r) {
-                        kept.push(r);
-                    } else {
-                        removed += 1;
-                    }
+            report.add(self.clean_segment(&p, segment, &keep)?);
+        }
+        if let Some(last) = segments[..covered].last() {
+            *clean_end = last.index().last_offset + 1;
+        }
+        Ok(report)
+    }
+
+    /// Removes the records `keep` refuses from one segment, durably: rewrites it, or deletes it
+    /// when nothing survives.
+    fn clean_segment(
+        &self,
+        p: &Partition,
+        segment: &Arc<SealedSegment>,
+        keep: &impl Fn(&Record) -> bool,
+    ) -> StoreResult<CompactionReport> {
+        let len = segment.index().segment_len;
+        let mut report = CompactionReport {
+            bytes_before: len,
+            ..Default::default()
+        };
+        let mut kept = Vec::new();
+        for_each_batch(segment, |records| {
+            for r in records {
+                if keep(&r) {
+                    kept.push(r);
+                } else {
+                    report.records_removed += 1;
                 }
-                Ok(())
-            })?;
-            if removed == 0 {
-                report.bytes_after += len;
-                continue;
             }
-            report.records_removed += removed;
-            if kept.is_empty() {
-                report.segments_removed += 1;
-                emptied.push(segment.clone());
-                continue;
-            }
-            let rewritten = self.rewrite_segment(&p, segment, &kept)?;
-            report.bytes_after += rewritten.index().segment_len;
-            report.segments_rewritten += 1;
-            let rewritten = Arc::new(rewritten);
+            Ok(())
+        })?;
+        if report.records_removed == 0 {
+            report.bytes_after = len;
+        } else if kept.is_empty() {
+            report.segments_removed = 1;
+            remove_segments(p, std::slice::from_ref(segment))?;
+        } else {
+            let rewritten = Arc::new(self.rewrite_segment(p, segment, &kept)?);
+            report.bytes_after = rewritten.index().segment_len;
+            report.segments_rewritten = 1;
             p.update_view(|view| {
                 for s in view.sealed.iter_mut() {
                     if Arc::ptr_eq(s, segment) {
@@ -198,47 +196,73 @@ impl Log {
                     }
                 }
             });
-        }
-        remove_segments(&p, &emptied)?;
-        if let Some(last) = segments[..covered].last() {
-            *clean_end = last.index().last_offset + 1;
+            segment.mark_deleted();
         }
         Ok(report)
     }
 
-    /// Writes `kept` as a new file, syncs it and renames it over `segment`'s file.
+    /// Writes `kept` as a new file, syncs it, renames it over `segment`'s file and syncs the
+    /// directory.
     fn rewrite_segment(
         &self,
         p: &Partition,
         segment: &SealedSegment,
         kept: &[Record],
     ) -> StoreResult<SealedSegment> {
+        let fs = &*p.fs;
         let base = segment.index().base_offset;
         let path = p.dir.join(segment_file_name(base));
         let tmp = p.dir.join(format!("{}.tmp", segment_file_name(base)));
         let index_path = p.dir.join(index_file_name(base));
         let index_tmp = p.dir.join(format!("{}.tmp", index_file_name(base)));
-        let _ = std::fs::remove_file(&tmp);
         let mut writer =
-            SegmentWriter::create(&tmp, base, self.inner.options.index_interval_bytes)?;
+            SegmentWriter::create(fs, &tmp, base, self.inner.options.index_interval_bytes)?;
         let mut buffer = Vec::new();
         for batch in batch_spans(kept, REWRITE_BATCH_BYTES) {
             buffer.clear();
-            let header = encode_batch(batch, self.inner.options.compression, &mut buffer)?;
-            writer.append(&buffer, &header)?;
+            let mut header = encode_unsealed(batch, self.inner.options.compression, &mut buffer)?;
+            writer.append(&mut buffer, &mut header)?;
         }
         writer.sync()?;
         let mut index = writer.shared().index();
         // Keep the summary of the original segment: its offsets end where they ended before.
         index.last_offset = segment.index().last_offset;
-        write_file(&index_tmp, &index.encode(), false)?;
-        match std::fs::remove_file(&index_path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&index_path),
-            _ => {}
-        }
-        std::fs::rename(&tmp, &path).at(&path)?;
-        std::fs::rename(&index_tmp, &index_path).at(&index_path)?;
-        sync_dir(&p.dir)?;
-        SealedSegment::map(&path, writer.file(), index)
+        write_file(fs, &index_tmp, &index.encode(), false)?;
+        remove_if_present(fs, &index_path)?;
+        fs.rename(&tmp, &path).at(&path)?;
+        fs.rename(&index_tmp, &index_path).at(&index_path)?;
+        sync_dir(fs, &p.dir)?;
+        SealedSegment::map(&path, &**writer.file(), index, p.pins.clone())
     }
+}
+
+/// Maps each key of the dirty segments (from `dirty_start`, oldest first, until the map holds
+/// `budget` bytes) to the offset of its latest record; returns the map and the end of the
+/// covered range.
+fn key_map(
+    segments: &[Arc<SealedSegment>],
+    dirty_start: usize,
+    budget: usize,
+) -> StoreResult<(HashMap<Bytes, i64>, usize)> {
+    let mut latest: HashMap<Bytes, i64> = HashMap::new();
+    let mut map_bytes = 0usize;
+    let mut covered = dirty_start;
+    for segment in &segments[dirty_start..] {
+        for_each_batch(segment, |records| {
+            for r in records {
+                if let Some(key) = r.key {
+                    let len = key.len();
+                    if latest.insert(key, r.offset).is_none() {
+                        map_bytes += len + KEY_MAP_ENTRY_OVERHEAD;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        covered += 1;
+        if map_bytes >= budget {
+            break;
+        }
+    }
+    Ok((latest, covered))
 }

@@ -2,8 +2,10 @@
 //! bounded reads, retention and keyed compaction.
 
 pub mod compaction;
+pub mod maintenance;
 pub mod options;
 pub mod partition;
+mod request;
 pub mod retention;
 mod writer;
 
@@ -16,13 +18,15 @@ use std::thread::JoinHandle;
 use tokio::sync::{oneshot, watch};
 
 pub use compaction::CompactionReport;
+pub use maintenance::{MaintenanceReport, MaintenanceStatus};
 pub use options::{CompactionPolicy, Durability, LogOptions, RetentionPolicy};
 pub use partition::{PartitionRecovery, ReadPage};
+pub use request::{Items, OffsetRange};
 pub use retention::RetentionReport;
-pub use writer::{Items, OffsetRange};
 
 use crate::error::{StoreError, StoreResult};
-use crate::segment::NewRecord;
+use crate::fs::Fs;
+use crate::segment::{NewRecord, PinCounter};
 use partition::Partition;
 use writer::{Command, Payload, Writer};
 
@@ -41,10 +45,37 @@ pub struct PartitionStats {
     pub bytes: u64,
 }
 
+/// Who may remove records of a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogOwner {
+    /// The log's own retention and compaction (the default).
+    #[default]
+    Policies,
+    /// Only the layer that owns the log (a group engine's payload log), through
+    /// [`Log::delete_segments_before`]; retention and compaction are refused.
+    Layer,
+}
+
+/// How a log is opened by the store.
+pub(crate) struct LogSetup {
+    pub fs: Fs,
+    pub name: String,
+    pub dir: PathBuf,
+    pub partitions: u32,
+    pub options: LogOptions,
+    pub owner: LogOwner,
+    /// Keeps the store's directory lock alive until the log is closed.
+    pub lock: Arc<dyn Send + Sync>,
+}
+
 pub(crate) struct LogInner {
     name: String,
     dir: PathBuf,
     options: LogOptions,
+    /// True when only the owning layer may remove records.
+    owned: bool,
+    pins: Arc<PinCounter>,
+    maintenance_status: Mutex<MaintenanceStatus>,
     partitions: Vec<Arc<Partition>>,
     commands: Mutex<Option<Sender<Command>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
@@ -74,23 +105,27 @@ impl std::fmt::Debug for Log {
 }
 
 impl Log {
-    /// Opens (creating if needed) a log of `partitions` partitions in `dir`, recovering each one.
+    /// Opens (creating if needed) a log as `setup` says, recovering each partition.
     ///
-    /// `lock` is held until the log is closed. Called by [`crate::Store::open_log`], which checks
-    /// the options and partition count, records the log in the MANIFEST and holds the lock.
-    pub(crate) fn open(
-        name: &str,
-        dir: &Path,
-        partitions: u32,
-        options: LogOptions,
-        lock: Arc<dyn Send + Sync>,
-    ) -> StoreResult<Self> {
+    /// Called by [`crate::Store::open_log`], which checks the options and partition count,
+    /// records the log in the MANIFEST and holds the lock.
+    pub(crate) fn open(setup: LogSetup) -> StoreResult<Self> {
+        let LogSetup {
+            fs,
+            name,
+            dir,
+            partitions,
+            options,
+            owner,
+            lock,
+        } = setup;
+        let pins = Arc::new(PinCounter::default());
         let mut shared = Vec::with_capacity(partitions as usize);
         let mut writers = Vec::with_capacity(partitions as usize);
         let mut recovery = Vec::with_capacity(partitions as usize);
         for id in 0..partitions {
             let (partition, active, report) =
-                Partition::open(dir.join(id.to_string()), id, &options)?;
+                Partition::open(&fs, dir.join(id.to_string()), id, &options, &pins)?;
             let partition = Arc::new(partition);
             shared.push(partition.clone());
             writers.push((partition, active));
@@ -100,19 +135,24 @@ impl Log {
         let (tx, rx) = std::sync::mpsc::channel();
         let sync_rounds = Arc::new(AtomicU64::new(0));
         let writer = Writer::new(
+            fs,
             writers,
             options.clone(),
             commits.clone(),
             sync_rounds.clone(),
+            pins.clone(),
         );
         let handle = std::thread::Builder::new()
             .name(format!("strata-writer-{name}"))
             .spawn(move || writer.run(rx))
-            .map_err(|e| StoreError::io(dir, e))?;
+            .map_err(|e| StoreError::io(&dir, e))?;
         let inner = Arc::new(LogInner {
-            name: name.to_string(),
-            dir: dir.to_path_buf(),
+            name,
+            dir,
             options,
+            owned: owner == LogOwner::Layer,
+            pins,
+            maintenance_status: Mutex::new(MaintenanceStatus::default()),
             partitions: shared,
             commands: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(handle)),
@@ -130,41 +170,35 @@ impl Log {
         Ok(log)
     }
 
-    fn start_maintenance(&self, period: std::time::Duration) -> StoreResult<()> {
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-        let weak = Arc::downgrade(&self.inner);
-        let handle = std::thread::Builder::new()
-            .name(format!("strata-maintenance-{}", self.inner.name))
-            .spawn(move || loop {
-                match stop_rx.recv_timeout(period) {
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                let Some(inner) = weak.upgrade() else { return };
-                let log = Log { inner };
-                // Failures are retried on the next period; each partition is handled on its own.
-                let _ = log.run_maintenance(crate::now_ms());
-            })
-            .map_err(|e| StoreError::io(&self.inner.dir, e))?;
-        *self
-            .inner
-            .maintenance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
+    pub(crate) fn from_inner(inner: Arc<LogInner>) -> Self {
+        Log { inner }
+    }
+
+    /// Refuses `what` (retention, compaction) on a log only its owning layer may trim.
+    pub(crate) fn check_removable(&self, what: &str) -> StoreResult<()> {
+        if self.inner.owned {
+            return Err(StoreError::Invalid(format!(
+                "log {} is owned by the layer that wrote it; {what} is refused (only the owner \
+                 removes its records)",
+                self.inner.name
+            )));
+        }
         Ok(())
     }
 
-    /// One maintenance pass: retention, then compaction of partitions whose dirty ratio is high enough.
-    pub fn run_maintenance(&self, now_ms: i64) -> StoreResult<()> {
-        self.apply_retention(now_ms)?;
-        if self.inner.options.compaction.enabled {
-            for p in 0..self.partition_count() {
-                if self.dirty_ratio(p)? >= self.inner.options.compaction.min_cleanable_ratio {
-                    self.compact_partition(p, now_ms)?;
-                }
-            }
+    /// Who may remove records of this log.
+    pub fn owner(&self) -> LogOwner {
+        if self.inner.owned {
+            LogOwner::Layer
+        } else {
+            LogOwner::Policies
         }
-        Ok(())
+    }
+
+    /// Bytes of deleted segments that records handed out by reads still hold mapped (their
+    /// disk space is freed once the last such record is dropped).
+    pub fn pinned_bytes(&self) -> u64 {
+        self.inner.pins.pinned_bytes()
     }
 
     /// Name of the log.
@@ -243,7 +277,7 @@ impl Log {
     /// offset ranges in the order given; on error, any subset of the items may have been appended,
     /// and none is still in flight.
     pub async fn append_many(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
-        writer::check_items(&items, self.partition_count())?;
+        request::check_items(&items, self.partition_count())?;
         self.submit(Payload::Ready(items)).await
     }
 
@@ -385,17 +419,7 @@ impl Log {
 
 impl LogInner {
     fn shutdown(&self) -> StoreResult<()> {
-        if let Some((stop, handle)) = self
-            .maintenance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            drop(stop);
-            if handle.thread().id() != std::thread::current().id() {
-                let _ = handle.join();
-            }
-        }
+        self.stop_maintenance();
         let sender = self
             .commands
             .lock()

@@ -89,6 +89,15 @@ impl Default for LogOptions {
 }
 
 impl LogOptions {
+    /// True when these options remove records on their own (retention, compaction, or a
+    /// maintenance thread).
+    pub fn trims(&self) -> bool {
+        self.retention.max_bytes.is_some()
+            || self.retention.max_age.is_some()
+            || self.compaction.enabled
+            || self.maintenance_interval.is_some()
+    }
+
     /// Checks that the options can be honoured.
     pub fn validate(&self) -> Result<(), String> {
         if self.segment_bytes < 4096 || self.segment_bytes > u64::from(u32::MAX) {

@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::options::LogOptions;
 use crate::error::{IoContext, StoreError, StoreResult};
+use crate::fs::{create_dir_durable, remove_if_present, sync_dir, EntryKind, Fs};
 use crate::segment::recovery::{open_last, open_sealed};
 use crate::segment::writer::parse_file_name;
 use crate::segment::{
-    index_file_name, segment_file_name, ActiveSegment, ReadStop, Record, SealedSegment,
-    SegmentRecovery, SegmentWriter,
+    index_file_name, segment_file_name, ActiveSegment, PinCounter, ReadStop, Record, SealedSegment,
+    SegmentPlace, SegmentRecovery, SegmentWriter,
 };
 
 /// A page of records read from one partition.
@@ -48,23 +49,28 @@ pub struct PartitionRecovery {
 pub(crate) struct Partition {
     pub id: u32,
     pub dir: PathBuf,
+    pub fs: Fs,
+    /// Counts mappings of deleted segments that records still hold.
+    pub pins: Arc<PinCounter>,
     view: RwLock<View>,
     high_water: AtomicI64,
     /// Serializes retention and compaction; holds the offset compaction has cleaned up to.
     pub maintenance: Mutex<i64>,
 }
 
-/// Lists the base offsets of the segment files in `dir`, removing leftovers of interrupted work.
-fn list_segments(dir: &Path) -> StoreResult<Vec<i64>> {
+/// Lists the base offsets of the segment files in `dir`, removing leftovers of interrupted work
+/// (unfinished compaction outputs, indexes without a segment).
+fn list_segments(fs: &dyn crate::fs::FileSystem, dir: &Path) -> StoreResult<Vec<i64>> {
     let mut bases = Vec::new();
     let mut indexes = Vec::new();
-    for entry in std::fs::read_dir(dir).at(dir)? {
-        let entry = entry.at(dir)?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    let mut leftovers = Vec::new();
+    for entry in fs.read_dir(dir).at(dir)? {
+        if entry.kind != EntryKind::File {
+            continue;
+        }
+        let name = entry.name.as_str();
         if name.ends_with(".tmp") {
-            // An unfinished compaction output or index: never renamed into place.
-            std::fs::remove_file(entry.path()).at(&entry.path())?;
+            leftovers.push(dir.join(name));
         } else if let Some(base) = parse_file_name(name, ".seg") {
             bases.push(base);
         } else if let Some(base) = parse_file_name(name, ".idx") {
@@ -74,9 +80,14 @@ fn list_segments(dir: &Path) -> StoreResult<Vec<i64>> {
     bases.sort_unstable();
     for base in indexes {
         if bases.binary_search(&base).is_err() {
-            let path = dir.join(index_file_name(base));
-            std::fs::remove_file(&path).at(&path)?;
+            leftovers.push(dir.join(index_file_name(base)));
         }
+    }
+    for path in &leftovers {
+        remove_if_present(fs, path)?;
+    }
+    if !leftovers.is_empty() {
+        sync_dir(fs, dir)?;
     }
     Ok(bases)
 }
@@ -84,20 +95,22 @@ fn list_segments(dir: &Path) -> StoreResult<Vec<i64>> {
 impl Partition {
     /// Opens (or creates) partition `id` in `dir`, recovering its segments.
     pub fn open(
+        fs: &Fs,
         dir: PathBuf,
         id: u32,
         options: &LogOptions,
+        pins: &Arc<PinCounter>,
     ) -> StoreResult<(Self, SegmentWriter, PartitionRecovery)> {
-        crate::fs::create_dir_durable(&dir)?;
-        let mut bases = list_segments(&dir)?;
+        create_dir_durable(&**fs, &dir)?;
+        let mut bases = list_segments(&**fs, &dir)?;
         let interval = options.index_interval_bytes;
         let mut report = PartitionRecovery {
             partition: id,
             ..Default::default()
         };
         if bases.is_empty() {
-            SegmentWriter::create(&dir.join(segment_file_name(0)), 0, interval)?;
-            crate::fs::sync_dir(&dir)?;
+            SegmentWriter::create(&**fs, &dir.join(segment_file_name(0)), 0, interval)?;
+            sync_dir(&**fs, &dir)?;
             bases.push(0);
         }
         report.segments = bases.len();
@@ -123,35 +136,41 @@ impl Partition {
         let (last_base, sealed_bases) = bases
             .split_last()
             .ok_or(StoreError::Invalid("no segment".into()))?;
+        fn place<'a>(
+            fs: &'a Fs,
+            (path, index_path, base): (&'a Path, &'a Path, i64),
+            options: &LogOptions,
+        ) -> SegmentPlace<'a> {
+            SegmentPlace {
+                fs: &**fs,
+                path,
+                index_path,
+                base,
+                mode: options.recovery,
+                interval: options.index_interval_bytes,
+            }
+        }
         for &base in sealed_bases {
             let path = dir.join(segment_file_name(base));
             check_order(base, previous_last, &path)?;
-            let (segment, r) = open_sealed(
-                &path,
-                &dir.join(index_file_name(base)),
-                base,
-                options.recovery,
-                interval,
-            )?;
+            let index_path = dir.join(index_file_name(base));
+            let (segment, r) = open_sealed(place(fs, (&path, &index_path, base), options), pins)?;
             note(&r);
             previous_last = segment.index().last_offset;
             sealed.push(Arc::new(segment));
         }
         let path = dir.join(segment_file_name(*last_base));
         check_order(*last_base, previous_last, &path)?;
-        let (file, index, r) = open_last(
-            &path,
-            &dir.join(index_file_name(*last_base)),
-            *last_base,
-            options.recovery,
-            interval,
-        )?;
+        let index_path = dir.join(index_file_name(*last_base));
+        let (file, index, r) = open_last(place(fs, (&path, &index_path, *last_base), options))?;
         note(&r);
         let high_water = (index.last_offset + 1).max(*last_base);
-        let writer = SegmentWriter::resume(&path, file, index, interval)?;
+        let writer = SegmentWriter::resume(&path, file, index, interval);
         let partition = Partition {
             id,
             dir,
+            fs: fs.clone(),
+            pins: pins.clone(),
             view: RwLock::new(View {
                 sealed,
                 active: writer.shared().clone(),

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use super::partition::Partition;
 use super::Log;
-use crate::error::{IoContext, StoreResult};
-use crate::fs::sync_dir;
+use crate::error::StoreResult;
+use crate::fs::{remove_if_present, sync_dir};
 use crate::segment::{index_file_name, segment_file_name, SealedSegment};
 
 /// What one retention pass deleted.
@@ -18,8 +18,17 @@ pub struct RetentionReport {
     pub bytes_deleted: u64,
 }
 
-/// Removes `doomed` segments from the view, then unlinks their files (mapped readers keep the
-/// inode alive until they drop their mapping, so this is safe while reads are in flight).
+impl RetentionReport {
+    /// Adds another report's counts to this one.
+    pub fn add(&mut self, other: RetentionReport) {
+        self.segments_deleted += other.segments_deleted;
+        self.bytes_deleted += other.bytes_deleted;
+    }
+}
+
+/// Removes `doomed` segments from the view, then unlinks their files and syncs the directory:
+/// durable when this returns. Mapped readers keep the inode alive until they drop their
+/// mapping, so this is safe while reads are in flight; what they pin is counted.
 pub(crate) fn remove_segments(
     partition: &Partition,
     doomed: &[Arc<SealedSegment>],
@@ -31,17 +40,15 @@ pub(crate) fn remove_segments(
         view.sealed
             .retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(s, d)));
     });
+    let fs = &*partition.fs;
     for segment in doomed {
         let base = segment.index().base_offset;
         for name in [segment_file_name(base), index_file_name(base)] {
-            let path = partition.dir.join(name);
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).at(&path),
-                _ => {}
-            }
+            remove_if_present(fs, &partition.dir.join(name))?;
         }
+        segment.mark_deleted();
     }
-    sync_dir(&partition.dir)
+    sync_dir(fs, &partition.dir)
 }
 
 /// Removes `doomed` (see [`remove_segments`]) and reports what that freed.
@@ -60,16 +67,19 @@ fn remove_counted(
 impl Log {
     /// Applies the retention policy to every partition, as of `now_ms`.
     pub fn apply_retention(&self, now_ms: i64) -> StoreResult<RetentionReport> {
+        self.check_removable("retention")?;
         let mut report = RetentionReport::default();
         for partition in &self.inner.partitions {
-            let r = self.retain_partition(partition, now_ms)?;
-            report.segments_deleted += r.segments_deleted;
-            report.bytes_deleted += r.bytes_deleted;
+            report.add(self.retain_partition(partition, now_ms)?);
         }
         Ok(report)
     }
 
-    fn retain_partition(&self, partition: &Partition, now_ms: i64) -> StoreResult<RetentionReport> {
+    pub(crate) fn retain_partition(
+        &self,
+        partition: &Partition,
+        now_ms: i64,
+    ) -> StoreResult<RetentionReport> {
         let policy = self.inner.options.retention;
         if policy.max_bytes.is_none() && policy.max_age.is_none() {
             return Ok(RetentionReport::default());

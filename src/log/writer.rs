@@ -4,6 +4,12 @@
 //! makes each touched partition durable with one fdatasync (several partitions in parallel), then
 //! publishes the new high-water marks and acknowledges every request of the round. With
 //! `Durability::Interval` it acknowledges after the write and syncs on a timer instead.
+//!
+//! A request is all or nothing: it is encoded whole first (a bad record refuses it with nothing
+//! written), the partitions it would overfill are rolled before any of its bytes are written, and
+//! if a write fails part-way every partition it touched is cut back to where it stood. A failed
+//! sync makes the partition refuse writes until a later request writes its unsynced bytes again
+//! and syncs them successfully.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -14,21 +20,12 @@ use tokio::sync::{oneshot, watch};
 
 use super::options::{Durability, LogOptions};
 use super::partition::Partition;
+use super::request::{check_items, encode_request, EncodedRequest, Items, OffsetRange};
 use crate::error::{StoreError, StoreResult};
-use crate::fs::{sync_dir, write_file};
+use crate::fs::{sync_dir, write_file, Fs};
 use crate::segment::{
-    batch_spans, encode_batch, index_file_name, segment_file_name, NewRecord, Record,
-    SealedSegment, SegmentWriter,
+    index_file_name, segment_file_name, PinCounter, SealedSegment, SegmentWriter, WriterMark,
 };
-
-/// Encoded records per batch when one request carries many records.
-const TARGET_BATCH_BYTES: usize = 1 << 20;
-
-/// Offsets `(first, last)` assigned to one append item.
-pub type OffsetRange = (i64, i64);
-
-/// Records to append, each item to its partition.
-pub type Items = Vec<(u32, Vec<NewRecord>)>;
 
 /// Computes the items of a conditional append on the writer thread; `None` rejects the append.
 pub(crate) type Build = Box<dyn FnOnce() -> Option<Items> + Send>;
@@ -69,7 +66,24 @@ struct PartitionWriter {
     next_offset: i64,
     dirty: bool,
     unpublished: bool,
+    /// Why the last sync failed; writes are refused until a re-sync succeeds.
     poisoned: Option<String>,
+}
+
+impl PartitionWriter {
+    /// Writes the unsynced bytes of a poisoned partition again and syncs them.
+    fn heal(&mut self) -> StoreResult<()> {
+        let Some(reason) = &self.poisoned else {
+            return Ok(());
+        };
+        let reason = reason.clone();
+        self.active
+            .resync()
+            .map_err(|e| poisoned(self.shared.id, &format!("{reason}; retry: {e}")))?;
+        self.poisoned = None;
+        self.dirty = false;
+        Ok(())
+    }
 }
 
 /// A request of this round whose answer waits for the sync.
@@ -80,33 +94,13 @@ struct Pending {
 }
 
 pub(crate) struct Writer {
+    fs: Fs,
     partitions: Vec<PartitionWriter>,
     options: LogOptions,
     commits: watch::Sender<u64>,
     sync_rounds: Arc<AtomicU64>,
+    pins: Arc<PinCounter>,
     last_sync: Instant,
-    buffer: Vec<u8>,
-}
-
-/// Checks items before anything is written: partitions in range, records non-empty and valid.
-pub(crate) fn check_items(items: &Items, partitions: u32) -> StoreResult<()> {
-    for (partition, records) in items {
-        if *partition >= partitions {
-            return Err(StoreError::PartitionOutOfRange {
-                partition: *partition as i32,
-                count: partitions as i32,
-            });
-        }
-        if records.is_empty() {
-            return Err(StoreError::Encode(crate::segment::EncodeError::Empty));
-        }
-        if records.iter().any(|r| r.key.is_none() && r.value.is_none()) {
-            return Err(StoreError::Encode(
-                crate::segment::EncodeError::UnkeyedTombstone,
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn poisoned(partition: u32, reason: &str) -> StoreError {
@@ -118,10 +112,12 @@ fn poisoned(partition: u32, reason: &str) -> StoreError {
 
 impl Writer {
     pub fn new(
+        fs: Fs,
         partitions: Vec<(Arc<Partition>, SegmentWriter)>,
         options: LogOptions,
         commits: watch::Sender<u64>,
         sync_rounds: Arc<AtomicU64>,
+        pins: Arc<PinCounter>,
     ) -> Self {
         let partitions = partitions
             .into_iter()
@@ -135,18 +131,18 @@ impl Writer {
             })
             .collect();
         Self {
+            fs,
             partitions,
             options,
             commits,
             sync_rounds,
+            pins,
             last_sync: Instant::now(),
-            buffer: Vec::new(),
         }
     }
 
     /// Serves commands until a shutdown or until every sender is gone.
     pub fn run(mut self, rx: Receiver<Command>) {
-        let mut deferred = Vec::new();
         loop {
             let first = match self.options.durability {
                 Durability::Sync => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -166,7 +162,6 @@ impl Writer {
                     return;
                 }
             };
-            let mut pending = Vec::new();
             let mut round = vec![first];
             while round.len() < self.options.max_group_commit {
                 match rx.try_recv() {
@@ -174,142 +169,163 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            for command in round {
-                match command {
-                    Command::Append { payload, reply } => {
-                        let items = match payload {
-                            Payload::Ready(items) => Ok(items),
-                            Payload::Deferred(build) => match build() {
-                                None => Err(StoreError::Rejected),
-                                Some(items) => check_items(&items, self.partitions.len() as u32)
-                                    .map(|()| items),
-                            },
-                        };
-                        let items = match items {
-                            Ok(items) => items,
-                            Err(e) => {
-                                let _ = reply.send(Err(e));
-                                continue;
-                            }
-                        };
-                        let partitions = items.iter().map(|(p, _)| *p).collect();
-                        let result = self.append_items(items);
-                        pending.push(Pending {
-                            reply,
-                            result,
-                            partitions,
-                        });
-                    }
-                    other => deferred.push(other),
-                }
-            }
-            let sync_now = match self.options.durability {
-                Durability::Sync => true,
-                Durability::Interval(period) => self.last_sync.elapsed() >= period,
-            };
-            if sync_now {
-                self.sync_dirty();
-            }
-            self.publish();
-            for p in pending {
-                let result = match p.result {
-                    Ok(ranges) => match p.partitions.iter().find_map(|&i| {
-                        self.partitions[i as usize]
-                            .poisoned
-                            .as_deref()
-                            .map(|r| poisoned(i, r))
-                    }) {
-                        Some(err) => Err(err),
-                        None => Ok(ranges),
-                    },
-                    Err(e) => Err(e),
-                };
-                let _ = p.reply.send(result);
-            }
-            for command in deferred.drain(..) {
-                match command {
-                    Command::Roll { partition, reply } => {
-                        let _ = reply.send(self.roll_if_not_empty(partition));
-                    }
-                    Command::Sync { reply } => {
-                        self.sync_dirty();
-                        let result = self
-                            .partitions
-                            .iter()
-                            .find_map(|p| p.poisoned.as_deref().map(|r| poisoned(p.shared.id, r)));
-                        let _ = reply.send(result.map_or(Ok(()), Err));
-                    }
-                    Command::Shutdown { reply } => {
-                        let _ = reply.send(self.shutdown());
-                        return;
-                    }
-                    Command::Append { .. } => {}
-                }
+            if self.serve_round(round) {
+                return;
             }
         }
     }
 
-    fn append_items(&mut self, items: Items) -> StoreResult<Vec<OffsetRange>> {
-        let mut ranges = Vec::with_capacity(items.len());
-        let mut first_error = None;
-        for (partition, records) in items {
-            match self.append_records(partition, records) {
-                Ok(range) => ranges.push(range),
-                Err(e) => {
-                    first_error.get_or_insert(e);
+    /// Serves one round of commands; true once the writer must stop.
+    fn serve_round(&mut self, round: Vec<Command>) -> bool {
+        let mut pending = Vec::new();
+        let mut deferred = Vec::new();
+        for command in round {
+            match command {
+                Command::Append { payload, reply } => {
+                    if let Some(p) = self.serve_append(payload, reply) {
+                        pending.push(p);
+                    }
                 }
+                other => deferred.push(other),
             }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(ranges),
-        }
-    }
-
-    fn append_records(
-        &mut self,
-        partition: u32,
-        records: Vec<NewRecord>,
-    ) -> StoreResult<OffsetRange> {
-        let index = partition as usize;
-        if let Some(reason) = &self.partitions[index].poisoned {
-            return Err(poisoned(partition, reason));
-        }
-        if records.is_empty() {
-            return Err(StoreError::Encode(crate::segment::EncodeError::Empty));
-        }
-        let first = self.partitions[index].next_offset;
-        let records: Vec<Record> = records
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| r.at(first + i as i64))
-            .collect();
-        for batch in batch_spans(&records, TARGET_BATCH_BYTES) {
-            self.write_batch(partition, batch)?;
-        }
-        Ok((first, first + records.len() as i64 - 1))
-    }
-
-    fn write_batch(&mut self, partition: u32, records: &[Record]) -> StoreResult<()> {
-        self.buffer.clear();
-        let header = encode_batch(records, self.options.compression, &mut self.buffer)?;
-        let segment_bytes = self.options.segment_bytes;
-        let needs_roll = {
-            let p = &self.partitions[partition as usize];
-            !p.active.is_empty() && p.active.len() + header.len() as u64 > segment_bytes
+        let sync_now = match self.options.durability {
+            Durability::Sync => true,
+            Durability::Interval(period) => self.last_sync.elapsed() >= period,
         };
-        if needs_roll {
-            self.roll(partition)?;
+        if sync_now {
+            self.sync_dirty();
         }
-        let p = &mut self.partitions[partition as usize];
-        p.active.append(&self.buffer, &header)?;
-        p.next_offset = header.last_offset() + 1;
-        p.dirty = true;
-        p.unpublished = true;
-        Ok(())
+        self.publish();
+        for p in pending {
+            let result = p
+                .result
+                .and_then(|ranges| match self.first_poison(&p.partitions) {
+                    Some(err) => Err(err),
+                    None => Ok(ranges),
+                });
+            let _ = p.reply.send(result);
+        }
+        for command in deferred {
+            match command {
+                Command::Roll { partition, reply } => {
+                    let _ = reply.send(self.roll_if_not_empty(partition));
+                }
+                Command::Sync { reply } => {
+                    let _ = reply.send(self.sync_all_partitions());
+                }
+                Command::Shutdown { reply } => {
+                    let _ = reply.send(self.shutdown());
+                    return true;
+                }
+                Command::Append { .. } => {}
+            }
+        }
+        false
+    }
+
+    fn first_poison(&self, partitions: &[u32]) -> Option<StoreError> {
+        partitions.iter().find_map(|&i| {
+            let p = &self.partitions[i as usize];
+            p.poisoned.as_deref().map(|r| poisoned(p.shared.id, r))
+        })
+    }
+
+    /// Writes one append request; `None` when it was answered already (refused before writing).
+    fn serve_append(
+        &mut self,
+        payload: Payload,
+        reply: oneshot::Sender<StoreResult<Vec<OffsetRange>>>,
+    ) -> Option<Pending> {
+        let count = self.partitions.len() as u32;
+        let items = match payload {
+            Payload::Ready(items) => Ok(items),
+            Payload::Deferred(build) => match build() {
+                None => Err(StoreError::Rejected),
+                Some(items) => check_items(&items, count).map(|()| items),
+            },
+        };
+        let request = items.and_then(|items| encode_request(items, self.options.compression));
+        let request = match request {
+            Ok(request) => request,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return None;
+            }
+        };
+        let partitions = request.partitions();
+        let result = self.write_request(request, &partitions);
+        Some(Pending {
+            reply,
+            result,
+            partitions,
+        })
+    }
+
+    /// Writes every batch of `request`, or none of them.
+    fn write_request(
+        &mut self,
+        mut request: EncodedRequest,
+        partitions: &[u32],
+    ) -> StoreResult<Vec<OffsetRange>> {
+        for &p in partitions {
+            self.partitions[p as usize].heal()?;
+            let writer = &self.partitions[p as usize].active;
+            let fits = writer.len() + request.bytes_for(p) <= self.options.segment_bytes;
+            if !writer.is_empty() && !fits {
+                self.roll(p)?;
+            }
+        }
+        let marks: Vec<(u32, WriterMark, i64)> = partitions
+            .iter()
+            .map(|&p| {
+                let w = &self.partitions[p as usize];
+                (p, w.active.mark(), w.next_offset)
+            })
+            .collect();
+        match self.write_batches(&mut request) {
+            Ok(ranges) => Ok(ranges),
+            Err(e) => {
+                self.rollback(marks);
+                Err(e)
+            }
+        }
+    }
+
+    fn write_batches(&mut self, request: &mut EncodedRequest) -> StoreResult<Vec<OffsetRange>> {
+        let mut ranges: Vec<Option<OffsetRange>> = vec![None; request.items];
+        for batch in &mut request.batches {
+            let p = &mut self.partitions[batch.partition as usize];
+            batch.header.base_offset = p.next_offset;
+            p.active
+                .append(&mut request.bytes[batch.range.clone()], &mut batch.header)?;
+            let last = batch.header.last_offset();
+            p.next_offset = last + 1;
+            p.dirty = true;
+            p.unpublished = true;
+            let range = &mut ranges[batch.item];
+            let first = range.map_or(batch.header.base_offset, |(first, _)| first);
+            *range = Some((first, last));
+        }
+        ranges
+            .into_iter()
+            .map(|r| r.ok_or(StoreError::Invalid("an append item wrote no batch".into())))
+            .collect()
+    }
+
+    /// Cuts every partition of a failed request back to where it stood before it.
+    fn rollback(&mut self, marks: Vec<(u32, WriterMark, i64)>) {
+        for (p, mark, next_offset) in marks {
+            let w = &mut self.partitions[p as usize];
+            match w.active.rollback(mark) {
+                Ok(()) => w.next_offset = next_offset,
+                Err(e) => w.poisoned = Some(format!("undoing a failed append: {e}")),
+            }
+        }
     }
 
     fn roll_if_not_empty(&mut self, partition: u32) -> StoreResult<()> {
+        self.partitions[partition as usize].heal()?;
         if self.partitions[partition as usize].active.is_empty() {
             return Ok(());
         }
@@ -318,9 +334,12 @@ impl Writer {
         Ok(())
     }
 
-    /// Seals the active segment (synced, indexed, mapped) and starts a new one at the next offset.
+    /// Seals the active segment (synced, indexed, mapped) and starts a new one at the next
+    /// offset. If the new segment cannot be made (a full disk), the old one stays active and a
+    /// later roll tries again.
     fn roll(&mut self, partition: u32) -> StoreResult<()> {
         let interval = self.options.index_interval_bytes;
+        let fs = self.fs.clone();
         let p = &mut self.partitions[partition as usize];
         if let Some(reason) = &p.poisoned {
             return Err(poisoned(partition, reason));
@@ -331,18 +350,23 @@ impl Writer {
         }
         p.dirty = false;
         let index = p.active.shared().index();
-        let old_path = p.active.path().to_path_buf();
         let base = index.base_offset;
         write_file(
+            &*fs,
             &p.shared.dir.join(index_file_name(base)),
             &index.encode(),
             false,
         )?;
-        let sealed = SealedSegment::map(&old_path, p.active.file(), index)?;
+        let sealed = SealedSegment::map(
+            p.active.path(),
+            &**p.active.file(),
+            index,
+            self.pins.clone(),
+        )?;
         let next = p.next_offset;
         let new_path = p.shared.dir.join(segment_file_name(next));
-        let fresh = SegmentWriter::create(&new_path, next, interval)?;
-        sync_dir(&p.shared.dir)?;
+        let fresh = SegmentWriter::create(&*fs, &new_path, next, interval)?;
+        sync_dir(&*fs, &p.shared.dir)?;
         let new_active = fresh.shared().clone();
         let old = std::mem::replace(&mut p.active, fresh);
         p.shared.update_view(|view| {
@@ -352,6 +376,18 @@ impl Writer {
         // Readers holding the old active segment may read all of it now.
         old.shared().publish(old.len());
         Ok(())
+    }
+
+    /// Heals poisoned partitions, syncs everything, and reports the first partition that
+    /// still refuses writes.
+    fn sync_all_partitions(&mut self) -> StoreResult<()> {
+        for p in &mut self.partitions {
+            let _ = p.heal();
+        }
+        self.sync_dirty();
+        self.publish();
+        let all: Vec<u32> = (0..self.partitions.len() as u32).collect();
+        self.first_poison(&all).map_or(Ok(()), Err)
     }
 
     /// fdatasync every partition written since its last sync; several in parallel.
@@ -366,11 +402,18 @@ impl Writer {
             return;
         }
         self.sync_rounds.fetch_add(1, Ordering::Relaxed);
-        let results: Vec<StoreResult<()>> = if dirty.len() == 1 {
-            vec![dirty[0].active.sync()]
+        let jobs: Vec<_> = dirty
+            .iter()
+            .map(|p| (p.active.file().clone(), p.active.len(), p.active.path()))
+            .collect();
+        let sync = |(file, _, path): &(crate::fs::FileRef, u64, &std::path::Path)| {
+            file.sync_data().map_err(|e| StoreError::io(*path, e))
+        };
+        let results: Vec<StoreResult<()>> = if jobs.len() == 1 {
+            vec![sync(&jobs[0])]
         } else {
             std::thread::scope(|s| {
-                let handles: Vec<_> = dirty.iter().map(|p| s.spawn(|| p.active.sync())).collect();
+                let handles: Vec<_> = jobs.iter().map(|j| s.spawn(move || sync(j))).collect();
                 handles
                     .into_iter()
                     .map(|h| {
@@ -381,10 +424,15 @@ impl Writer {
                     .collect()
             })
         };
-        for (p, result) in dirty.into_iter().zip(results) {
+        let lens: Vec<u64> = jobs.iter().map(|j| j.1).collect();
+        for ((p, result), len) in dirty.into_iter().zip(results).zip(lens) {
             match result {
-                Ok(()) => p.dirty = false,
-                // After a failed fsync the page cache state is unknown: refuse further writes.
+                Ok(()) => {
+                    p.active.mark_synced(len);
+                    p.dirty = false;
+                }
+                // After a failed fsync the page cache state is unknown: refuse writes until a
+                // re-sync of the unsynced bytes succeeds.
                 Err(e) => p.poisoned = Some(e.to_string()),
             }
         }
@@ -396,7 +444,7 @@ impl Writer {
         let mut any = false;
         for p in &mut self.partitions {
             if p.unpublished
-                && (p.poisoned.is_none())
+                && p.poisoned.is_none()
                 && (!p.dirty || self.options.durability != Durability::Sync)
             {
                 p.active.shared().publish(p.active.len());
@@ -411,8 +459,7 @@ impl Writer {
     }
 
     fn shutdown(&mut self) -> StoreResult<()> {
-        self.sync_dirty();
-        self.publish();
+        let _ = self.sync_all_partitions();
         let mut result = Ok(());
         for p in &self.partitions {
             if let Some(reason) = &p.poisoned {
@@ -421,7 +468,7 @@ impl Writer {
             }
             let index = p.active.shared().index();
             let path = p.shared.dir.join(index_file_name(index.base_offset));
-            result = result.and(write_file(&path, &index.encode(), false));
+            result = result.and(write_file(&*self.fs, &path, &index.encode(), false));
         }
         self.commits.send_modify(|v| *v = v.wrapping_add(1));
         result

@@ -1,4 +1,5 @@
-//! Pure codec of record batches (format/SEGMENT.md, batch format version 1).
+//! Pure codec of record batches (format/SEGMENT.md, batch format version 2; version 1 batches
+//! are still read).
 //!
 //! No I/O and no panics: every decoder takes an arbitrary byte slice and answers with a value or a
 //! [`DecodeError`]. Lengths are checked before any allocation, so a hostile length field cannot make
@@ -9,18 +10,24 @@ use bytes::{Bytes, BytesMut};
 use super::error::{DecodeError, EncodeError};
 use super::record::{Record, RECORD_FIXED_LEN};
 
-/// Length of the fixed batch header.
-pub const BATCH_HEADER_LEN: usize = 48;
+/// Length of the fixed batch header this build writes (version 2).
+pub const BATCH_HEADER_LEN: usize = 56;
+/// Length of the fixed header of a version 1 batch (read, never written).
+pub const BATCH_HEADER_LEN_V1: usize = 48;
 /// Magic bytes at batch offset 8.
 pub const BATCH_MAGIC: [u8; 2] = *b"SB";
 /// Batch format version written by this build.
-pub const BATCH_FORMAT_VERSION: u8 = 1;
+pub const BATCH_FORMAT_VERSION: u8 = 2;
+/// `synced_len` of a version 1 batch, which does not record it: "anything may be durable".
+pub const SYNCED_LEN_UNKNOWN: u64 = u64::MAX;
 /// Largest encoded batch (header included).
 pub const MAX_BATCH_LEN: usize = 64 << 20;
 /// Largest uncompressed records section.
 pub const MAX_RECORDS_LEN: usize = 64 << 20;
 
 const ATTR_COMPRESSION_MASK: u8 = 0b0000_0011;
+/// Attribute bit (version 2): another batch of the same append follows on this partition.
+const ATTR_CONTINUED: u8 = 0b0000_0100;
 const RECORD_HAS_KEY: u8 = 0b01;
 const RECORD_HAS_VALUE: u8 = 0b10;
 
@@ -67,9 +74,26 @@ pub struct BatchHeader {
     pub first_timestamp: i64,
     /// Largest timestamp in the batch.
     pub max_timestamp: i64,
+    /// Batch format version (1 or 2).
+    pub version: u8,
+    /// Another batch of the same append follows this one (version 2): recovery keeps the
+    /// append's batches all or none.
+    pub continued: bool,
+    /// Length of the segment file made durable by the last completed sync when this batch was
+    /// written (at most the batch's own position); [`SYNCED_LEN_UNKNOWN`] in version 1.
+    pub synced_len: u64,
 }
 
 impl BatchHeader {
+    /// Length of the fixed header of this batch's version.
+    pub fn header_len(&self) -> usize {
+        if self.version == 1 {
+            BATCH_HEADER_LEN_V1
+        } else {
+            BATCH_HEADER_LEN
+        }
+    }
+
     /// Offset of the last record of the batch.
     pub fn last_offset(&self) -> i64 {
         self.base_offset + i64::from(self.last_offset_delta)
@@ -100,20 +124,34 @@ fn i64_at(buf: &[u8], at: usize) -> i64 {
 
 /// Decodes and checks the fixed header at the start of `buf` (the CRC is not checked here).
 pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
-    if buf.len() < BATCH_HEADER_LEN {
+    if buf.len() < BATCH_HEADER_LEN_V1 {
         return Err(DecodeError::Truncated {
-            needed: BATCH_HEADER_LEN,
+            needed: BATCH_HEADER_LEN_V1,
             available: buf.len(),
         });
     }
     if buf[8..10] != BATCH_MAGIC {
         return Err(DecodeError::BadMagic);
     }
-    if buf[10] != BATCH_FORMAT_VERSION {
-        return Err(DecodeError::UnsupportedVersion(u32::from(buf[10])));
+    let version = buf[10];
+    let header_len = match version {
+        1 => BATCH_HEADER_LEN_V1,
+        2 => BATCH_HEADER_LEN,
+        other => return Err(DecodeError::UnsupportedVersion(u32::from(other))),
+    };
+    if buf.len() < header_len {
+        return Err(DecodeError::Truncated {
+            needed: header_len,
+            available: buf.len(),
+        });
     }
     let attributes = buf[11];
-    if attributes & !ATTR_COMPRESSION_MASK != 0 {
+    let allowed = if version == 1 {
+        ATTR_COMPRESSION_MASK
+    } else {
+        ATTR_COMPRESSION_MASK | ATTR_CONTINUED
+    };
+    if attributes & !allowed != 0 {
         return Err(DecodeError::invalid("attributes", "reserved bits set"));
     }
     let compression = attributes & ATTR_COMPRESSION_MASK;
@@ -130,9 +168,16 @@ pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
         records_len: u32_at(buf, 28),
         first_timestamp: i64_at(buf, 32),
         max_timestamp: i64_at(buf, 40),
+        version,
+        continued: attributes & ATTR_CONTINUED != 0,
+        synced_len: if version == 1 {
+            SYNCED_LEN_UNKNOWN
+        } else {
+            i64_at(buf, 48) as u64
+        },
     };
     let len = header.batch_len as usize;
-    if len <= BATCH_HEADER_LEN || len > MAX_BATCH_LEN {
+    if len <= header_len || len > MAX_BATCH_LEN {
         return Err(DecodeError::invalid("batch_len", "out of range"));
     }
     if header.record_count == 0 {
@@ -158,7 +203,7 @@ pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
     {
         return Err(DecodeError::invalid("records_len", "out of range"));
     }
-    if compression == 0 && records_len != len - BATCH_HEADER_LEN {
+    if compression == 0 && records_len != len - header_len {
         return Err(DecodeError::invalid(
             "records_len",
             "differs from the stored length of an uncompressed batch",
@@ -224,7 +269,7 @@ pub fn decode_checked(buf: &[u8], header: &BatchHeader) -> Result<Vec<Record>, D
             available: buf.len(),
         });
     }
-    let stored = &buf[BATCH_HEADER_LEN..end];
+    let stored = &buf[header.header_len()..end];
     let records = match header.compression {
         0 => Bytes::copy_from_slice(stored),
         _ => decompress(stored, header.records_len as usize)?,
@@ -244,9 +289,10 @@ pub fn decode_checked_shared(
             available: buf.len(),
         });
     }
+    let start = header.header_len();
     let records = match header.compression {
-        0 => buf.slice(BATCH_HEADER_LEN..end),
-        _ => decompress(&buf[BATCH_HEADER_LEN..end], header.records_len as usize)?,
+        0 => buf.slice(start..end),
+        _ => decompress(&buf[start..end], header.records_len as usize)?,
     };
     decode_records(header, records)
 }
@@ -389,10 +435,41 @@ fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, D
     Ok(records)
 }
 
-/// Encodes `records` (offsets already assigned, strictly increasing) as one batch appended to `out`.
+/// Encodes `records` (offsets already assigned, strictly increasing) as one sealed batch appended
+/// to `out`, with `synced_len` 0 (a batch of a file that is synced whole before it is used).
 ///
 /// Returns the header written, equal to what [`decode_header`] reads back.
 pub fn encode_batch(
+    records: &[Record],
+    compression: Compression,
+    out: &mut Vec<u8>,
+) -> Result<BatchHeader, EncodeError> {
+    let start = out.len();
+    let mut header = encode_unsealed(records, compression, out)?;
+    let base = header.base_offset;
+    seal_batch(&mut out[start..], &mut header, base, 0);
+    Ok(header)
+}
+
+/// Stamps the base offset, `synced_len` and `header.continued` into the unsealed batch `batch`
+/// (as [`encode_unsealed`] wrote it; record offsets are relative, so they move with the base)
+/// and writes its CRC. `header` is updated to match.
+pub fn seal_batch(batch: &mut [u8], header: &mut BatchHeader, base_offset: i64, synced_len: u64) {
+    debug_assert_eq!(batch.len(), header.len());
+    debug_assert_eq!(header.version, BATCH_FORMAT_VERSION);
+    batch[11] = header.compression | if header.continued { ATTR_CONTINUED } else { 0 };
+    batch[16..24].copy_from_slice(&base_offset.to_le_bytes());
+    batch[48..56].copy_from_slice(&synced_len.to_le_bytes());
+    let crc = batch_crc(batch);
+    batch[4..8].copy_from_slice(&crc.to_le_bytes());
+    header.base_offset = base_offset;
+    header.synced_len = synced_len;
+    header.crc = crc;
+}
+
+/// Encodes `records` as one batch appended to `out`, without its CRC: [`seal_batch`] must stamp
+/// it before it is written. Offsets are taken relative to the first record's.
+pub fn encode_unsealed(
     records: &[Record],
     compression: Compression,
     out: &mut Vec<u8>,
@@ -471,12 +548,12 @@ pub fn encode_batch(
     out.extend_from_slice(&(records_len as u32).to_le_bytes());
     out.extend_from_slice(&first.timestamp.to_le_bytes());
     out.extend_from_slice(&max_timestamp.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
     out.extend_from_slice(&stored);
-    let crc = batch_crc(&out[start..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(out.len() - start, batch_len);
     Ok(BatchHeader {
         batch_len: batch_len as u32,
-        crc,
+        crc: 0,
         compression: compression.code(),
         record_count,
         base_offset: base,
@@ -484,6 +561,9 @@ pub fn encode_batch(
         records_len: records_len as u32,
         first_timestamp: first.timestamp,
         max_timestamp,
+        version: BATCH_FORMAT_VERSION,
+        continued: false,
+        synced_len: 0,
     })
 }
 
@@ -604,7 +684,7 @@ mod tests {
     #[test]
     fn zeros_never_decode() {
         assert!(decode_batch(&[0u8; 256]).is_err());
-        assert!(decode_header(&[0u8; 48]).is_err());
+        assert!(decode_header(&[0u8; BATCH_HEADER_LEN]).is_err());
     }
 
     #[test]

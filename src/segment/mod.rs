@@ -6,6 +6,7 @@ pub mod codec;
 pub mod error;
 pub mod header;
 pub mod index;
+pub mod pin;
 pub mod reader;
 pub mod record;
 pub mod recovery;
@@ -14,13 +15,15 @@ pub mod writer;
 
 pub use codec::{
     batch_spans, check_batch, check_crc, decode_batch, decode_checked, decode_header, encode_batch,
-    BatchHeader, Compression, BATCH_HEADER_LEN, MAX_BATCH_LEN, MAX_RECORDS_LEN,
+    encode_unsealed, seal_batch, BatchHeader, Compression, BATCH_HEADER_LEN, BATCH_HEADER_LEN_V1,
+    MAX_BATCH_LEN, MAX_RECORDS_LEN, SYNCED_LEN_UNKNOWN,
 };
 pub use error::{DecodeError, EncodeError};
 pub use header::{decode_segment_header, encode_segment_header, SEGMENT_HEADER_LEN};
 pub use index::{IndexEntry, SegmentIndex};
+pub use pin::PinCounter;
 pub use reader::{ActiveSegment, ReadStop, SealedSegment};
 pub use record::{NewRecord, Record};
-pub use recovery::{RecoveryMode, SegmentRecovery};
+pub use recovery::{RecoveryMode, SegmentPlace, SegmentRecovery};
 pub use scan::{scan_segment, Scan, ScanEnd};
-pub use writer::{index_file_name, segment_file_name, SegmentWriter};
+pub use writer::{index_file_name, segment_file_name, SegmentWriter, WriterMark};

@@ -1,13 +1,9 @@
 //! Reading records out of segments: sealed segments through a read-only memory map, the active
 //! segment through positioned reads bounded by its committed length.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
-
-use memmap2::Mmap;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
@@ -15,8 +11,10 @@ use super::codec::{
     check_crc, decode_checked, decode_checked_shared, decode_header, BATCH_HEADER_LEN,
 };
 use super::index::SegmentIndex;
+use super::pin::{Pin, PinCounter};
 use super::record::Record;
 use crate::error::{IoContext, StoreError, StoreResult};
+use crate::fs::{FileHandle, FileRef};
 
 /// Where a read within one segment stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,22 +112,27 @@ fn collect(
 /// A sealed, immutable segment mapped read-only.
 ///
 /// The mapping is owned by a [`Bytes`], so records read from it are zero-copy slices that keep
-/// the mapping alive; that is sound because a sealed file is never truncated (see `map`).
+/// the mapping alive; that is sound because a sealed file is never truncated or rewritten (the
+/// file layer's `map` states the rule). Once the segment is deleted, what records still pin is
+/// counted (see [`super::pin`]).
 #[derive(Debug)]
 pub struct SealedSegment {
     path: PathBuf,
     map: Bytes,
     index: SegmentIndex,
+    pin: Pin,
 }
 
 impl SealedSegment {
-    /// Maps a sealed segment file whose validated index is `index`.
-    pub fn map(path: &Path, file: &File, index: SegmentIndex) -> StoreResult<Self> {
-        // SAFETY: the file is a sealed segment: Strata never writes, truncates or rewrites a sealed
-        // segment file in place. Compaction writes a new file and renames it over the old name, and
-        // retention unlinks it; both leave the mapped inode intact until this mapping is dropped.
-        // The store's LOCK file keeps other Strata processes out of the directory.
-        let map = unsafe { Mmap::map(file) }.at(path)?;
+    /// Maps a sealed segment file whose validated index is `index`; `pins` counts the mapping
+    /// once the segment is deleted.
+    pub fn map(
+        path: &Path,
+        file: &dyn FileHandle,
+        index: SegmentIndex,
+        pins: Arc<PinCounter>,
+    ) -> StoreResult<Self> {
+        let map = file.map().at(path)?;
         if map.len() as u64 != index.segment_len {
             return Err(StoreError::Invalid(format!(
                 "{} is {} bytes but its index describes {}",
@@ -138,11 +141,18 @@ impl SealedSegment {
                 index.segment_len
             )));
         }
+        let (map, pin) = Pin::wrap(map, pins);
         Ok(Self {
             path: path.to_path_buf(),
-            map: Bytes::from_owner(map),
+            map,
             index,
+            pin,
         })
+    }
+
+    /// Notes that the segment's file was deleted (its mapping now pins the space).
+    pub fn mark_deleted(&self) {
+        self.pin.deleted();
     }
 
     /// The mapped bytes of the whole file.
@@ -183,7 +193,7 @@ impl SealedSegment {
 #[derive(Debug)]
 pub struct ActiveSegment {
     path: PathBuf,
-    file: File,
+    file: FileRef,
     base_offset: i64,
     committed_len: AtomicU64,
     index: RwLock<SegmentIndex>,
@@ -191,7 +201,7 @@ pub struct ActiveSegment {
 
 impl ActiveSegment {
     /// Wraps a read handle on the active segment; `committed_len` bytes are readable.
-    pub fn new(path: PathBuf, file: File, index: SegmentIndex) -> Self {
+    pub fn new(path: PathBuf, file: FileRef, index: SegmentIndex) -> Self {
         Self {
             path,
             file,

@@ -1,18 +1,16 @@
 //! Opening segments at startup: validate or rebuild each index, scan the last segment from its
 //! last index entry, cut a torn tail and report corruption with file and byte offset.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
-
-use memmap2::Mmap;
+use std::sync::Arc;
 
 use super::header::{decode_segment_header, encode_segment_header, SEGMENT_HEADER_LEN};
 use super::index::SegmentIndex;
+use super::pin::PinCounter;
 use super::reader::SealedSegment;
 use super::scan::{index_matches, scan_segment, Scan, ScanEnd};
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::write_file;
+use crate::fs::{write_file, FileRef, FileSystem, OpenMode};
 
 /// What recovery may do with invalid bytes (after raft-engine's recovery modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,8 +35,13 @@ pub struct SegmentRecovery {
 
 /// The index at `index_path`, if it decodes and matches the segment image of base offset `base`
 /// (format/INDEX.md, "Trust rule"); `None` means it is missing, damaged or stale.
-pub fn trusted_index(index_path: &Path, base: i64, image: &[u8]) -> Option<SegmentIndex> {
-    let bytes = std::fs::read(index_path).ok()?;
+pub fn trusted_index(
+    fs: &dyn FileSystem,
+    index_path: &Path,
+    base: i64,
+    image: &[u8],
+) -> Option<SegmentIndex> {
+    let bytes = fs.read_file(index_path).ok()?;
     SegmentIndex::decode(&bytes)
         .ok()
         .filter(|i| i.base_offset == base && index_matches(image, i))
@@ -78,24 +81,48 @@ fn resolve_end(
     }
 }
 
+/// Where a segment is and how recovery treats it.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentPlace<'a> {
+    /// The file system.
+    pub fs: &'a dyn FileSystem,
+    /// The segment file.
+    pub path: &'a Path,
+    /// Its index file.
+    pub index_path: &'a Path,
+    /// Its base offset (from its name).
+    pub base: i64,
+    /// What recovery may cut.
+    pub mode: RecoveryMode,
+    /// Index interval for a rebuilt index.
+    pub interval: u64,
+}
+
 /// Opens a sealed (not last) segment, validating its index against the file or rebuilding it.
+/// The only cut (in `Salvage` mode) happens while the file is not mapped.
 pub fn open_sealed(
-    path: &Path,
-    index_path: &Path,
-    base: i64,
-    mode: RecoveryMode,
-    interval: u64,
+    place: SegmentPlace<'_>,
+    pins: &Arc<PinCounter>,
 ) -> StoreResult<(SealedSegment, SegmentRecovery)> {
+    let SegmentPlace {
+        fs,
+        path,
+        index_path,
+        base,
+        mode,
+        interval,
+    } = place;
     let mut report = SegmentRecovery::default();
     loop {
-        let file = File::open(path).at(path)?;
-        // SAFETY: a sealed segment is never written or truncated while mapped (see
-        // `SealedSegment::map`); the only truncation below happens after this map is dropped.
-        let map = unsafe { Mmap::map(&file) }.at(path)?;
+        let file = fs.open(path, OpenMode::Read).at(path)?;
+        let map = file.map().at(path)?;
         check_header(path, &map, base)?;
-        if let Some(index) = trusted_index(index_path, base, &map) {
+        if let Some(index) = trusted_index(fs, index_path, base, &map) {
             drop(map);
-            return Ok((SealedSegment::map(path, &file, index)?, report));
+            return Ok((
+                SealedSegment::map(path, &*file, index, pins.clone())?,
+                report,
+            ));
         }
         report.index_rebuilt = true;
         let scan = scan_segment(
@@ -107,20 +134,21 @@ pub fn open_sealed(
         drop(map);
         match resolve_end(path, &scan, mode, false)? {
             None => {
-                write_file(index_path, &scan.index.encode(), false)?;
-                return Ok((SealedSegment::map(path, &file, scan.index)?, report));
+                write_file(fs, index_path, &scan.index.encode(), false)?;
+                let segment = SealedSegment::map(path, &*file, scan.index, pins.clone())?;
+                return Ok((segment, report));
             }
             Some(keep) => {
                 drop(file);
-                report.truncated_bytes += truncate(path, keep)?;
+                report.truncated_bytes += truncate(fs, path, keep)?;
             }
         }
     }
 }
 
-fn truncate(path: &Path, keep: u64) -> StoreResult<u64> {
-    let file = OpenOptions::new().write(true).open(path).at(path)?;
-    let len = file.metadata().at(path)?.len();
+fn truncate(fs: &dyn FileSystem, path: &Path, keep: u64) -> StoreResult<u64> {
+    let file = fs.open(path, OpenMode::ReadWrite).at(path)?;
+    let len = file.len().at(path)?;
     file.set_len(keep).at(path)?;
     file.sync_all().at(path)?;
     Ok(len.saturating_sub(keep))
@@ -128,20 +156,18 @@ fn truncate(path: &Path, keep: u64) -> StoreResult<u64> {
 
 /// Opens the last segment of a partition for appending: scan from the last trusted index entry,
 /// then cut a torn tail (per `mode`). The file is not mapped, so cutting it is safe.
-pub fn open_last(
-    path: &Path,
-    index_path: &Path,
-    base: i64,
-    mode: RecoveryMode,
-    interval: u64,
-) -> StoreResult<(File, SegmentIndex, SegmentRecovery)> {
+pub fn open_last(place: SegmentPlace<'_>) -> StoreResult<(FileRef, SegmentIndex, SegmentRecovery)> {
+    let SegmentPlace {
+        fs,
+        path,
+        index_path,
+        base,
+        mode,
+        interval,
+    } = place;
     let mut report = SegmentRecovery::default();
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .at(path)?;
-    let len = file.metadata().at(path)?.len();
+    let file = fs.open(path, OpenMode::ReadWrite).at(path)?;
+    let len = file.len().at(path)?;
     let mut image = vec![0u8; len as usize];
     file.read_exact_at(&mut image, 0).at(path)?;
 
@@ -159,15 +185,14 @@ pub fn open_last(
             return Err(err);
         }
         file.set_len(0).at(path)?;
-        file.write_all_at(&encode_segment_header(base), 0)
-            .at(path)?;
+        file.write_at(&encode_segment_header(base), 0).at(path)?;
         file.sync_all().at(path)?;
         report.truncated_bytes = len;
         report.index_rebuilt = true;
         return Ok((file, SegmentIndex::empty(base), report));
     }
 
-    let (start_index, start) = match trusted_index(index_path, base, &image) {
+    let (start_index, start) = match trusted_index(fs, index_path, base, &image) {
         Some(mut index) => {
             let start = index.last_position();
             if let Some(last) = index.entries.last() {

@@ -10,14 +10,16 @@ use super::index::{IndexEntry, SegmentIndex};
 pub enum ScanEnd {
     /// Every byte belongs to a valid batch.
     Clean,
-    /// The batch at `position` is invalid and no valid batch follows it: a torn tail.
+    /// The batch at `position` is invalid and every valid batch after it was written while
+    /// `position` was not yet durable: a torn tail (bytes never synced, so never acknowledged).
     TornTail {
         /// Byte position of the first invalid byte.
         position: u64,
         /// Why the batch there is invalid.
         error: DecodeError,
     },
-    /// The batch at `position` is invalid but a valid batch follows it: corruption inside the file.
+    /// The batch at `position` is invalid but a valid batch after it was written once
+    /// `position` was durable: damage to synced bytes.
     Corrupt {
         /// Byte position of the invalid batch.
         position: u64,
@@ -68,12 +70,19 @@ pub fn scan_segment(image: &[u8], mut index: SegmentIndex, start: u64, interval:
     let mut position = start as usize;
     let mut batches = 0;
     let mut records = 0;
+    // Where the append whose batches are still `continued` began, and the index before it.
+    let mut open_append: Option<(usize, SegmentIndex, u64, u64)> = None;
     let end = loop {
         if position >= image.len() {
             break ScanEnd::Clean;
         }
         match batch_at(image, position, &index) {
             Ok(header) => {
+                if !header.continued {
+                    open_append = None;
+                } else if open_append.is_none() {
+                    open_append = Some((position, index.clone(), batches, records));
+                }
                 note_batch(&mut index, position as u64, &header, interval);
                 batches += 1;
                 records += u64::from(header.record_count);
@@ -81,7 +90,7 @@ pub fn scan_segment(image: &[u8], mut index: SegmentIndex, start: u64, interval:
             }
             Err(error) => {
                 let position64 = position as u64;
-                break if valid_batch_after(image, position, &index) {
+                break if synced_batch_after(image, position, &index) {
                     ScanEnd::Corrupt {
                         position: position64,
                         error,
@@ -95,6 +104,23 @@ pub fn scan_segment(image: &[u8], mut index: SegmentIndex, start: u64, interval:
             }
         }
     };
+    if let (Some((start, before, b, r)), ScanEnd::Clean | ScanEnd::TornTail { .. }) =
+        (open_append, &end)
+    {
+        // The append's last batch never made it: none of it did.
+        return Scan {
+            index: SegmentIndex {
+                segment_len: start as u64,
+                ..before
+            },
+            batches: b,
+            records: r,
+            end: ScanEnd::TornTail {
+                position: start as u64,
+                error: DecodeError::invalid("continued", "an append ends before its last batch"),
+            },
+        };
+    }
     index.segment_len = position as u64;
     Scan {
         index,
@@ -119,12 +145,14 @@ pub fn note_batch(index: &mut SegmentIndex, position: u64, header: &BatchHeader,
     index.segment_len = position + header.batch_len as u64;
 }
 
-/// True when some byte position after `position` starts a valid batch continuing `index`.
-fn valid_batch_after(image: &[u8], position: usize, index: &SegmentIndex) -> bool {
+/// True when some byte position after `position` starts a valid batch continuing `index` that
+/// was written after `position` had been synced (its `synced_len` lies past `position`; a
+/// version 1 batch, which does not say, counts as such).
+fn synced_batch_after(image: &[u8], position: usize, index: &SegmentIndex) -> bool {
     (position + 1..image.len()).any(|p| {
         image[p..].len() >= 10
             && image[p + 8..p + 10] == super::codec::BATCH_MAGIC
-            && batch_at(image, p, index).is_ok()
+            && batch_at(image, p, index).is_ok_and(|h| h.synced_len > position as u64)
     })
 }
 

@@ -1,16 +1,23 @@
-//! The MANIFEST file (format/MANIFEST.md): the store's format version and its logs with their
-//! partition counts. CRC-checked; replaced atomically by writing a temporary file and renaming it.
+//! The MANIFEST file (format/MANIFEST.md): the store's format version, its id, and its logs with
+//! their partition counts and owners. CRC-checked; replaced atomically by writing a temporary
+//! file, syncing it and renaming it over the old one.
 
 use std::path::Path;
 
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{sync_dir, write_file};
+use crate::fs::{write_file_atomic, FileSystem};
+use crate::log::LogOwner;
 use crate::segment::DecodeError;
 
 /// Magic bytes at the start of the MANIFEST.
 pub const MANIFEST_MAGIC: [u8; 8] = *b"STRATAMF";
-/// Manifest format version written by this build.
-pub const MANIFEST_FORMAT_VERSION: u32 = 1;
+/// Manifest format version written by this build (version 1 is still read).
+pub const MANIFEST_FORMAT_VERSION: u32 = 2;
+/// Flag bit of a log whose records only its owning layer removes.
+pub const LOG_FLAG_OWNED: u32 = 1;
+/// Prefix of the payload logs of group engines (owned by their engine; a version 1 MANIFEST
+/// did not record owners, so these are marked owned when it is read).
+pub const GROUP_LOG_PREFIX: &str = "__group_";
 /// Length of the fixed manifest header.
 pub const MANIFEST_HEADER_LEN: usize = 20;
 /// Largest manifest body accepted.
@@ -25,13 +32,31 @@ pub struct LogEntry {
     pub name: String,
     /// Fixed number of partitions.
     pub partitions: u32,
+    /// Who may remove its records.
+    pub owner: LogOwner,
 }
 
 /// The decoded MANIFEST.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {
+    /// The store's id (random, made when the store is created): names its objects in shared
+    /// places such as a cold-tier bucket. All zero means "not assigned yet" (a version 1 file).
+    pub store_id: [u8; 16],
     /// Logs in creation order.
     pub logs: Vec<LogEntry>,
+}
+
+/// A fresh random store id (never all zero).
+pub fn new_store_id() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut id = [0u8; 16];
+    for (i, half) in id.chunks_mut(8).enumerate() {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128((crate::now_ms() as u128) ^ ((i as u128) << 64));
+        hasher.write_u32(std::process::id());
+        half.copy_from_slice(&(hasher.finish() | 1).to_le_bytes());
+    }
+    id
 }
 
 /// Checks a log name: 1 to 255 bytes of `[A-Za-z0-9._-]`, not `.` or `..`.
@@ -58,14 +83,25 @@ impl Manifest {
         self.logs.iter().find(|l| l.name == name)
     }
 
-    /// Encodes the manifest file.
+    /// The store id as 32 lowercase hex digits.
+    pub fn store_id_hex(&self) -> String {
+        self.store_id.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Encodes the manifest file (version 2).
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::new();
+        body.extend_from_slice(&self.store_id);
         body.extend_from_slice(&(self.logs.len() as u32).to_le_bytes());
         for log in &self.logs {
             body.extend_from_slice(&(log.name.len() as u16).to_le_bytes());
             body.extend_from_slice(log.name.as_bytes());
             body.extend_from_slice(&log.partitions.to_le_bytes());
+            let flags = match log.owner {
+                LogOwner::Policies => 0,
+                LogOwner::Layer => LOG_FLAG_OWNED,
+            };
+            body.extend_from_slice(&flags.to_le_bytes());
         }
         let mut out = Vec::with_capacity(MANIFEST_HEADER_LEN + body.len());
         out.extend_from_slice(&MANIFEST_MAGIC);
@@ -90,7 +126,7 @@ impl Manifest {
         let u32_at =
             |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
         let version = u32_at(buf, 8);
-        if version != MANIFEST_FORMAT_VERSION {
+        if version != 1 && version != MANIFEST_FORMAT_VERSION {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let body_len = u32_at(buf, 12) as usize;
@@ -107,11 +143,20 @@ impl Manifest {
             return Err(DecodeError::CrcMismatch { stored, computed });
         }
         let truncated = DecodeError::invalid("body", "runs past its length");
-        if body.len() < 4 {
+        let mut store_id = [0u8; 16];
+        let mut pos = 0;
+        if version >= 2 {
+            if body.len() < 16 {
+                return Err(truncated);
+            }
+            store_id.copy_from_slice(&body[..16]);
+            pos = 16;
+        }
+        if body.len() < pos + 4 {
             return Err(truncated);
         }
-        let count = u32_at(body, 0) as usize;
-        let mut pos = 4;
+        let count = u32_at(body, pos) as usize;
+        pos += 4;
         let mut logs = Vec::new();
         for _ in 0..count {
             if body.len() < pos + 2 {
@@ -133,34 +178,52 @@ impl Manifest {
             if partitions == 0 || partitions > i32::MAX as u32 {
                 return Err(DecodeError::invalid("partitions", "out of range"));
             }
+            let owner = if version >= 2 {
+                if body.len() < pos + 4 {
+                    return Err(truncated);
+                }
+                let flags = u32_at(body, pos);
+                pos += 4;
+                match flags {
+                    0 => LogOwner::Policies,
+                    LOG_FLAG_OWNED => LogOwner::Layer,
+                    _ => return Err(DecodeError::invalid("log flags", "unknown bits set")),
+                }
+            } else if name.starts_with(GROUP_LOG_PREFIX) {
+                LogOwner::Layer
+            } else {
+                LogOwner::Policies
+            };
             if logs.iter().any(|l: &LogEntry| l.name == name) {
                 return Err(DecodeError::invalid("log name", "appears twice"));
             }
-            logs.push(LogEntry { name, partitions });
+            logs.push(LogEntry {
+                name,
+                partitions,
+                owner,
+            });
         }
         if pos != body.len() {
             return Err(DecodeError::invalid("body", "trailing bytes"));
         }
-        Ok(Manifest { logs })
+        Ok(Manifest { store_id, logs })
     }
 
-    /// Reads the MANIFEST in `root`; a missing file is an empty manifest.
-    pub fn load(root: &Path) -> StoreResult<Self> {
+    /// Reads the MANIFEST in `root`; `None` when there is none (a new store).
+    pub fn load(fs: &dyn FileSystem, root: &Path) -> StoreResult<Option<Self>> {
         let path = root.join("MANIFEST");
-        match std::fs::read(&path) {
-            Ok(bytes) => Manifest::decode(&bytes).map_err(|e| StoreError::corrupt(&path, 0, e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
+        match fs.read_file(&path) {
+            Ok(bytes) => Manifest::decode(&bytes)
+                .map(Some)
+                .map_err(|e| StoreError::corrupt(&path, 0, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).at(&path),
         }
     }
 
     /// Replaces the MANIFEST in `root` atomically and durably.
-    pub fn store(&self, root: &Path) -> StoreResult<()> {
-        let tmp = root.join("MANIFEST.tmp");
-        let path = root.join("MANIFEST");
-        write_file(&tmp, &self.encode(), true)?;
-        std::fs::rename(&tmp, &path).at(&path)?;
-        sync_dir(root)
+    pub fn store(&self, fs: &dyn FileSystem, root: &Path) -> StoreResult<()> {
+        write_file_atomic(fs, &root.join("MANIFEST"), &self.encode())
     }
 }
 
@@ -171,14 +234,17 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_damage() {
         let m = Manifest {
+            store_id: [7; 16],
             logs: vec![
                 LogEntry {
                     name: "events".into(),
                     partitions: 8,
+                    owner: LogOwner::Policies,
                 },
                 LogEntry {
-                    name: "__coordination".into(),
+                    name: "__group_g".into(),
                     partitions: 1,
+                    owner: LogOwner::Layer,
                 },
             ],
         };

@@ -9,12 +9,39 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{StoreError, StoreResult};
-use crate::log::{Log, LogOptions};
+use crate::fs::{create_dir_durable, Fs, RealFs};
+use crate::log::{Log, LogOptions, LogOwner, LogSetup};
 pub use lock::DirLock;
-use manifest::{validate_log_name, LogEntry, Manifest};
+use manifest::{new_store_id, validate_log_name, LogEntry, Manifest};
+
+/// How a store is opened.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// The file system every file operation of the store goes through. Default: the real one
+    /// ([`RealFs`]); tests put a [`crate::fs::FaultFs`] here.
+    pub fs: Fs,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            fs: RealFs::shared(),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// These options with file system `fs`.
+    pub fn with_fs(mut self, fs: Fs) -> Self {
+        self.fs = fs;
+        self
+    }
+}
 
 struct StoreInner {
     root: PathBuf,
+    fs: Fs,
     lock: Arc<DirLock>,
     manifest: Mutex<Manifest>,
     logs: Mutex<HashMap<String, Log>>,
@@ -41,16 +68,29 @@ impl Store {
     /// Fails with [`StoreError::Locked`] while another opener (in this process or another one)
     /// holds the store.
     pub fn open(root: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_with(root, StoreOptions::default())
+    }
+
+    /// Opens the store at `root` with `options`.
+    pub fn open_with(root: impl AsRef<Path>, options: StoreOptions) -> StoreResult<Self> {
         let root = root.as_ref().to_path_buf();
-        crate::fs::create_dir_durable(&root.join("logs"))?;
-        let lock = DirLock::acquire(&root)?;
-        let manifest = Manifest::load(&root)?;
-        if !root.join("MANIFEST").exists() {
-            manifest.store(&root)?;
-        }
+        let fs = options.fs;
+        create_dir_durable(&*fs, &root.join("logs"))?;
+        let lock = DirLock::acquire(&*fs, &root)?;
+        let manifest = match Manifest::load(&*fs, &root)? {
+            Some(m) if m.store_id != [0; 16] => m,
+            loaded => {
+                // A new store, or a version 1 MANIFEST: assign the id (and write version 2).
+                let mut m = loaded.unwrap_or_default();
+                m.store_id = new_store_id();
+                m.store(&*fs, &root)?;
+                m
+            }
+        };
         Ok(Store {
             inner: Arc::new(StoreInner {
                 root,
+                fs,
                 lock: Arc::new(lock),
                 manifest: Mutex::new(manifest),
                 logs: Mutex::new(HashMap::new()),
@@ -62,6 +102,23 @@ impl Store {
     /// Root directory of the store.
     pub fn root(&self) -> &Path {
         &self.inner.root
+    }
+
+    /// The file system the store works through.
+    pub fn fs(&self) -> &Fs {
+        &self.inner.fs
+    }
+
+    /// The store's id as 32 hex digits (see format/MANIFEST.md).
+    pub fn id(&self) -> String {
+        self.lock_manifest().store_id_hex()
+    }
+
+    fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
+        self.inner
+            .manifest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The logs recorded in the MANIFEST.
@@ -79,55 +136,70 @@ impl Store {
     /// Opening a log that is already open returns the same log (its options are those of the
     /// first opener). An existing log with another partition count is an error.
     pub fn open_log(&self, name: &str, partitions: u32, options: LogOptions) -> StoreResult<Log> {
+        let owner = self
+            .lock_manifest()
+            .get(name)
+            .map_or(LogOwner::Policies, |e| e.owner);
+        self.open_log_as(name, partitions, options, owner)
+    }
+
+    /// Opens log `name` as [`Store::open_log`] does, recording `owner` when it is created. An
+    /// owned log refuses retention and compaction (options and calls alike).
+    pub fn open_log_as(
+        &self,
+        name: &str,
+        partitions: u32,
+        options: LogOptions,
+        owner: LogOwner,
+    ) -> StoreResult<Log> {
         validate_log_name(name).map_err(StoreError::Invalid)?;
         options.validate().map_err(StoreError::Invalid)?;
+        if owner == LogOwner::Layer && options.trims() {
+            return Err(StoreError::Invalid(format!(
+                "log {name:?} is owned by the layer that writes it: retention, compaction and \
+                 maintenance options are refused"
+            )));
+        }
         let mut logs = self.inner.logs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(log) = logs.get(name).filter(|l| !l.is_closed()) {
-            if log.partition_count() != partitions {
-                return Err(StoreError::PartitionCountMismatch {
-                    name: name.into(),
-                    existing: log.partition_count(),
-                    requested: partitions,
-                });
-            }
+            check_same(name, log.partition_count(), partitions, log.owner(), owner)?;
             return Ok(log.clone());
         }
-        {
-            let mut manifest = self
-                .inner
-                .manifest
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            match manifest.get(name) {
-                Some(entry) if entry.partitions != partitions => {
-                    return Err(StoreError::PartitionCountMismatch {
-                        name: name.into(),
-                        existing: entry.partitions,
-                        requested: partitions,
-                    })
-                }
-                Some(_) => {}
-                None => {
-                    // Existing entries were checked when the MANIFEST was decoded.
-                    if partitions == 0 || partitions > i32::MAX as u32 {
-                        return Err(StoreError::Invalid(
-                            "a log needs at least one partition".into(),
-                        ));
-                    }
-                    let mut next = manifest.clone();
-                    next.logs.push(LogEntry {
-                        name: name.into(),
-                        partitions,
-                    });
-                    next.store(&self.inner.root)?;
-                    *manifest = next;
-                }
-            }
-        }
-        let dir = self.inner.root.join("logs").join(name);
-        let log = Log::open(name, &dir, partitions, options, self.inner.lock.clone())?;
+        self.record_log(name, partitions, owner)?;
+        let log = Log::open(LogSetup {
+            fs: self.inner.fs.clone(),
+            name: name.to_string(),
+            dir: self.inner.root.join("logs").join(name),
+            partitions,
+            options,
+            owner,
+            lock: self.inner.lock.clone(),
+        })?;
         logs.insert(name.to_string(), log.clone());
         Ok(log)
+    }
+
+    /// Checks `name` against the MANIFEST, or records it there (durably) when new.
+    fn record_log(&self, name: &str, partitions: u32, owner: LogOwner) -> StoreResult<()> {
+        let mut manifest = self.lock_manifest();
+        if let Some(entry) = manifest.get(name) {
+            return check_same(name, entry.partitions, partitions, entry.owner, owner);
+        }
+        // Existing entries were checked when the MANIFEST was decoded.
+        if partitions == 0 || partitions > i32::MAX as u32 {
+            return Err(StoreError::Invalid(
+                "a log needs 1 to 2^31 - 1 partitions".into(),
+            ));
+        }
+        let mut next = manifest.clone();
+        next.logs.push(LogEntry {
+            name: name.into(),
+            partitions,
+            owner,
+        });
+        next.store(&*self.inner.fs, &self.inner.root)?;
+        *manifest = next;
+        Ok(())
     }
 
     /// The one value of type `T` this store holds, made by `init` on first use.
@@ -165,4 +237,27 @@ impl Store {
         }
         result
     }
+}
+
+/// Refuses to open an existing log with another partition count or owner.
+fn check_same(
+    name: &str,
+    existing: u32,
+    requested: u32,
+    existing_owner: LogOwner,
+    requested_owner: LogOwner,
+) -> StoreResult<()> {
+    if existing != requested {
+        return Err(StoreError::PartitionCountMismatch {
+            name: name.into(),
+            existing,
+            requested,
+        });
+    }
+    if existing_owner != requested_owner {
+        return Err(StoreError::Invalid(format!(
+            "log {name:?} is recorded with owner {existing_owner:?}, opened as {requested_owner:?}"
+        )));
+    }
+    Ok(())
 }

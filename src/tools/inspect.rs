@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::verify::segment_files;
 use crate::error::{IoContext, StoreError, StoreResult};
+use crate::fs::RealFs;
 use crate::segment::recovery::trusted_index;
 use crate::segment::{
     decode_batch, decode_segment_header, index_file_name, scan_segment, SegmentIndex,
@@ -30,7 +31,7 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
     let image = std::fs::read(path).at(path)?;
     let index = path
         .parent()
-        .and_then(|d| trusted_index(&d.join(index_file_name(base)), base, &image));
+        .and_then(|d| trusted_index(&RealFs, &d.join(index_file_name(base)), base, &image));
     let indexed = index.is_some();
     let index = match index {
         Some(i) => i,
@@ -55,12 +56,13 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
 /// Writes a summary of the store at `root` (logs, partitions, segments, offsets) to `out`.
 /// Read-only and lock-free, so it may look at a store another process has open.
 pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
-    let manifest = Manifest::load(root)?;
+    let manifest = Manifest::load(&RealFs, root)?.unwrap_or_default();
     let w = |e: std::io::Error| StoreError::io(root, e);
     writeln!(
         out,
-        "store {} (manifest format v1), {} log(s)",
+        "store {} (id {}), {} log(s)",
         root.display(),
+        manifest.store_id_hex(),
         manifest.logs.len()
     )
     .map_err(w)?;

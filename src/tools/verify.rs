@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, StoreResult};
+use crate::fs::RealFs;
 use crate::segment::recovery::trusted_index;
 use crate::segment::writer::parse_file_name;
 use crate::segment::{
@@ -103,7 +104,7 @@ pub fn verify_segment(path: &Path, base: i64, report: &mut VerifyReport) -> Stor
     }
     if let Some(dir) = path.parent() {
         let index_path = dir.join(index_file_name(base));
-        if index_path.exists() && trusted_index(&index_path, base, &image).is_none() {
+        if index_path.exists() && trusted_index(&RealFs, &index_path, base, &image).is_none() {
             report.findings.push(Finding {
                 file: index_path,
                 offset: 0,
@@ -119,10 +120,10 @@ pub fn verify_segment(path: &Path, base: i64, report: &mut VerifyReport) -> Stor
 ///
 /// Takes the store's lock so it never races a writer; it writes nothing.
 pub fn verify_store(root: &Path) -> StoreResult<VerifyReport> {
-    let _lock = DirLock::acquire(root)?;
+    let _lock = DirLock::acquire(&RealFs, root)?;
     let mut report = VerifyReport::default();
-    let manifest = match Manifest::load(root) {
-        Ok(m) => m,
+    let manifest = match Manifest::load(&RealFs, root) {
+        Ok(m) => m.unwrap_or_default(),
         Err(e) => {
             report.findings.push(Finding {
                 file: root.join("MANIFEST"),

@@ -1,0 +1,207 @@
+//! The file layer: every file operation Strata performs goes through a [`FileSystem`].
+//!
+//! Creating, writing, resizing, preallocating, syncing, renaming and unlinking files, creating,
+//! listing and syncing directories, locking the store and mapping sealed segments are all calls
+//! on this trait (after raft-engine's `env::FileSystem` and RocksDB's `FileSystem`), so a test can
+//! put another file system under the whole store:
+//!
+//! - [`RealFs`], the default: the operating system's calls, one virtual call each, no tracking.
+//! - [`FaultFs`]: real files in a directory, plus a record of what a power cut would keep (only
+//!   bytes made durable by a sync of their file and directory entries made durable by a sync of
+//!   their directory). It can cut the power at the Nth operation and write the crash image
+//!   (unsynced pages kept, dropped, zeroed or torn), fail the Nth operation with an I/O error,
+//!   or run out of space after N bytes.
+//!
+//! Engines that do their own I/O (RocksDB) get a directory through [`FileSystem::native_dir`]
+//! and announce each of their durability points with [`FileSystem::external_sync`], so the
+//! fault layer can cut the power there too and keep what such an engine promises.
+
+mod fault;
+mod image;
+mod real;
+mod tree;
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::{IoContext, StoreResult};
+
+pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
+pub use image::{CrashMode, ImageReport};
+pub use real::RealFs;
+
+/// A shared file system handle.
+pub type Fs = Arc<dyn FileSystem>;
+
+/// A shared open file.
+pub type FileRef = Arc<dyn FileHandle>;
+
+/// How [`FileSystem::open`] opens a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// An existing file, read-only.
+    Read,
+    /// An existing file, for reading and writing.
+    ReadWrite,
+    /// A new file for reading and writing; fails if the name exists.
+    CreateNew,
+    /// A file for reading and writing, created if absent and cut to length 0 if present.
+    Truncate,
+}
+
+/// What a directory entry names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// File name within the directory.
+    pub name: String,
+    /// What it names.
+    pub kind: EntryKind,
+}
+
+/// The file operations Strata performs.
+pub trait FileSystem: Send + Sync + std::fmt::Debug {
+    /// Opens `path` as `mode` says.
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<FileRef>;
+    /// Renames `from` to `to`, replacing `to` if it exists (atomic; durable once the
+    /// directories are synced).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Unlinks a file (durable once its directory is synced).
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Creates one directory (its parent must exist; durable once the parent is synced).
+    fn create_dir(&self, path: &Path) -> io::Result<()>;
+    /// Makes the entries of directory `path` (creations, renames, unlinks) durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// The entries of directory `path`, in no particular order.
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>>;
+    /// What `path` names, or `None` when it does not exist.
+    fn kind(&self, path: &Path) -> io::Result<Option<EntryKind>>;
+    /// Hands the existing directory `path` to an engine that does its own I/O (RocksDB); the
+    /// layer no longer tracks what is inside it.
+    fn native_dir(&self, path: &Path) -> io::Result<()>;
+    /// Announces a durability point of the engine owning native directory `path`, just before
+    /// the engine makes a write durable (a synced RocksDB write). An error means the write
+    /// must not be made.
+    fn external_sync(&self, path: &Path) -> io::Result<()>;
+
+    /// Reads a whole file.
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let file = self.open(path, OpenMode::Read)?;
+        let len = usize::try_from(file.len()?).map_err(io::Error::other)?;
+        let mut bytes = vec![0u8; len];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok(bytes)
+    }
+}
+
+/// An open file.
+pub trait FileHandle: Send + Sync + std::fmt::Debug {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Current length of the file.
+    fn len(&self) -> io::Result<u64>;
+    /// Cuts or extends (with zeros) the file to `len` bytes.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Reserves disk blocks for `[0, len)`, extending the file with zeros to at least `len`
+    /// (fallocate), so later writes there cannot fail for lack of space.
+    fn allocate(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's bytes and length durable (fdatasync).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Makes the file's bytes and all its metadata durable (fsync).
+    fn sync_all(&self) -> io::Result<()>;
+    /// A read-only shared mapping of the file's current `[0, len)`. The caller must never cut
+    /// the file while the mapping (or any slice of it) is alive.
+    fn map(&self) -> io::Result<Bytes>;
+    /// Takes an exclusive advisory lock on the file without waiting; false when another open
+    /// file description holds it.
+    fn try_lock(&self) -> io::Result<bool>;
+
+    /// True when the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset)? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` to `path` (replacing it) and, when `sync` is set, makes them durable.
+pub fn write_file(fs: &dyn FileSystem, path: &Path, bytes: &[u8], sync: bool) -> StoreResult<()> {
+    let file = fs.open(path, OpenMode::Truncate).at(path)?;
+    file.write_at(bytes, 0).at(path)?;
+    if sync {
+        file.sync_all().at(path)?;
+    }
+    Ok(())
+}
+
+/// Replaces `path` with `bytes` atomically and durably: a synced temporary file renamed over it,
+/// then its directory synced. After a crash `path` holds either the old or the new bytes.
+pub fn write_file_atomic(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> StoreResult<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    write_file(fs, &tmp, bytes, true)?;
+    fs.rename(&tmp, path).at(path)?;
+    sync_parent(fs, path)
+}
+
+/// Makes the entries of directory `dir` (creations, renames, unlinks) durable.
+pub fn sync_dir(fs: &dyn FileSystem, dir: &Path) -> StoreResult<()> {
+    fs.sync_dir(dir).at(dir)
+}
+
+/// Syncs the directory holding `path`.
+pub fn sync_parent(fs: &dyn FileSystem, path: &Path) -> StoreResult<()> {
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => sync_dir(fs, parent),
+        None => sync_dir(fs, Path::new(".")),
+    }
+}
+
+/// Unlinks `path` if it exists (its directory still has to be synced).
+pub fn remove_if_present(fs: &dyn FileSystem, path: &Path) -> StoreResult<()> {
+    match fs.remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e).at(path),
+        _ => Ok(()),
+    }
+}
+
+/// Creates `dir` and any missing parents, syncing each parent that gained an entry.
+pub fn create_dir_durable(fs: &dyn FileSystem, dir: &Path) -> StoreResult<()> {
+    if fs.kind(dir).at(dir)? == Some(EntryKind::Dir) {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_durable(fs, parent)?;
+    }
+    match fs.create_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e).at(dir),
+        _ => {}
+    }
+    sync_parent(fs, dir)
+}

@@ -1,0 +1,190 @@
+//! [`RealFs`]: the operating system's file calls, one to one.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use bytes::Bytes;
+use memmap2::Mmap;
+
+use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, OpenMode};
+
+/// The real file system (the default under every store).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+impl RealFs {
+    /// The real file system as a shared handle.
+    pub fn shared() -> super::Fs {
+        std::sync::Arc::new(RealFs)
+    }
+}
+
+/// An open file of the real file system.
+#[derive(Debug)]
+pub struct RealFile {
+    file: File,
+}
+
+impl RealFile {
+    /// Wraps an open file.
+    pub fn new(file: File) -> Self {
+        Self { file }
+    }
+}
+
+/// Opens `path` on the real file system as `mode` says.
+pub(super) fn open_real(path: &Path, mode: OpenMode) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    match mode {
+        OpenMode::Read => {}
+        OpenMode::ReadWrite => {
+            options.write(true);
+        }
+        OpenMode::CreateNew => {
+            options.write(true).create_new(true);
+        }
+        OpenMode::Truncate => {
+            options.write(true).create(true).truncate(true);
+        }
+    }
+    options.open(path)
+}
+
+/// Lists a real directory.
+pub(super) fn list_real(path: &Path) -> io::Result<Vec<DirEntry>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let kind = if entry.file_type()?.is_dir() {
+            EntryKind::Dir
+        } else {
+            EntryKind::File
+        };
+        out.push(DirEntry { name, kind });
+    }
+    Ok(out)
+}
+
+/// What a real path names.
+pub(super) fn kind_real(path: &Path) -> io::Result<Option<EntryKind>> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(Some(EntryKind::Dir)),
+        Ok(_) => Ok(Some(EntryKind::File)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reserves blocks for `[0, len)` of a real file (falls back to `set_len` where the file system
+/// cannot preallocate).
+pub(super) fn allocate_real(file: &File, len: u64) -> io::Result<()> {
+    if file.metadata()?.len() >= len {
+        return Ok(());
+    }
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP) => file.set_len(len),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Maps a real file read-only.
+pub(super) fn map_real(file: &File) -> io::Result<Bytes> {
+    // SAFETY: the mapping is read-only and shared. Strata maps a file only where its format
+    // guarantees the mapped range is never cut or rewritten while mapped: sealed segments are
+    // never written, truncated or rewritten in place (compaction renames a new file over the
+    // name, retention unlinks it; the mapped inode stays intact), and the store's LOCK keeps
+    // other Strata processes out. Bytes past a concurrent append are simply not in the range.
+    let map = unsafe { Mmap::map(file) }?;
+    Ok(Bytes::from_owner(map))
+}
+
+impl FileSystem for RealFs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<FileRef> {
+        Ok(std::sync::Arc::new(RealFile::new(open_real(path, mode)?)))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        list_real(path)
+    }
+
+    fn kind(&self, path: &Path) -> io::Result<Option<EntryKind>> {
+        kind_real(path)
+    }
+
+    fn native_dir(&self, _path: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn external_sync(&self, _path: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+}
+
+impl FileHandle for RealFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.file.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        allocate_real(&self.file, len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.file.sync_all()
+    }
+
+    fn map(&self) -> io::Result<Bytes> {
+        map_real(&self.file)
+    }
+
+    fn try_lock(&self) -> io::Result<bool> {
+        match self.file.try_lock() {
+            Ok(()) => Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}

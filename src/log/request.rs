@@ -1,0 +1,142 @@
+//! An append request, checked and encoded whole before any byte of it is written: every item's
+//! records split into batches (offsets relative to the item's first record; sealing stamps the
+//! real base offset). A request that cannot be encoded is refused with nothing written.
+
+use crate::error::{StoreError, StoreResult};
+use crate::segment::{
+    batch_spans, encode_unsealed, BatchHeader, Compression, EncodeError, NewRecord, Record,
+};
+
+/// Encoded records per batch when one item carries many records.
+pub(crate) const TARGET_BATCH_BYTES: usize = 1 << 20;
+
+/// Records to append, each item to its partition.
+pub type Items = Vec<(u32, Vec<NewRecord>)>;
+
+/// Offsets `(first, last)` assigned to one append item.
+pub type OffsetRange = (i64, i64);
+
+/// One encoded batch of a request, not yet sealed.
+pub(crate) struct EncodedBatch {
+    /// Partition it goes to.
+    pub partition: u32,
+    /// Byte range of the batch in [`EncodedRequest::bytes`].
+    pub range: std::ops::Range<usize>,
+    /// Its header (base offset relative; sealing fixes it).
+    pub header: BatchHeader,
+    /// Index of the item it belongs to.
+    pub item: usize,
+}
+
+/// A whole request, encoded.
+pub(crate) struct EncodedRequest {
+    /// Every batch's bytes, back to back.
+    pub bytes: Vec<u8>,
+    /// The batches, in write order.
+    pub batches: Vec<EncodedBatch>,
+    /// Number of items.
+    pub items: usize,
+}
+
+impl EncodedRequest {
+    /// Bytes this request adds to `partition`.
+    pub fn bytes_for(&self, partition: u32) -> u64 {
+        self.batches
+            .iter()
+            .filter(|b| b.partition == partition)
+            .map(|b| b.range.len() as u64)
+            .sum()
+    }
+
+    /// The distinct partitions the request touches, in first-use order.
+    pub fn partitions(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = Vec::new();
+        for b in &self.batches {
+            if !out.contains(&b.partition) {
+                out.push(b.partition);
+            }
+        }
+        out
+    }
+}
+
+/// Checks items before anything is written: partitions in range, records non-empty and valid.
+pub(crate) fn check_items(items: &Items, partitions: u32) -> StoreResult<()> {
+    for (partition, records) in items {
+        if *partition >= partitions {
+            return Err(StoreError::PartitionOutOfRange {
+                partition: *partition as i32,
+                count: partitions as i32,
+            });
+        }
+        if records.is_empty() {
+            return Err(StoreError::Encode(EncodeError::Empty));
+        }
+        if records.iter().any(|r| r.key.is_none() && r.value.is_none()) {
+            return Err(StoreError::Encode(EncodeError::UnkeyedTombstone));
+        }
+    }
+    Ok(())
+}
+
+/// Encodes every item of `items` (already checked) with `compression`.
+pub(crate) fn encode_request(
+    items: Items,
+    compression: Compression,
+) -> StoreResult<EncodedRequest> {
+    let mut request = EncodedRequest {
+        bytes: Vec::new(),
+        batches: Vec::new(),
+        items: items.len(),
+    };
+    for (item, (partition, records)) in items.into_iter().enumerate() {
+        let records: Vec<Record> = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.at(i as i64))
+            .collect();
+        for span in batch_spans(&records, TARGET_BATCH_BYTES) {
+            let start = request.bytes.len();
+            let header = encode_unsealed(span, compression, &mut request.bytes)?;
+            request.batches.push(EncodedBatch {
+                partition,
+                range: start..request.bytes.len(),
+                header,
+                item,
+            });
+        }
+    }
+    // Every batch but a partition's last one says another of the same append follows.
+    let mut seen: Vec<u32> = Vec::new();
+    for batch in request.batches.iter_mut().rev() {
+        batch.header.continued = seen.contains(&batch.partition);
+        if !batch.header.continued {
+            seen.push(batch.partition);
+        }
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::segment::MAX_RECORDS_LEN;
+
+    #[test]
+    fn a_bad_record_anywhere_refuses_the_whole_request() {
+        let small = || NewRecord::value(0, Bytes::from_static(b"a"));
+        let huge = NewRecord::value(0, Bytes::from(vec![0u8; MAX_RECORDS_LEN + 1]));
+        let items = vec![(0, vec![small(), small()]), (1, vec![small(), huge])];
+        assert!(matches!(
+            encode_request(items, Compression::None),
+            Err(StoreError::Encode(EncodeError::TooLarge { .. }))
+        ));
+        let items = vec![(0, vec![small()]), (1, vec![small(), small()])];
+        let request = encode_request(items, Compression::None).unwrap();
+        assert_eq!(request.partitions(), vec![0, 1]);
+        assert_eq!(request.batches.len(), 2);
+        assert_eq!(request.bytes_for(1), request.batches[1].range.len() as u64);
+    }
+}
