@@ -73,7 +73,7 @@ fn every_flipped_byte_of_a_segment_is_caught_and_named() {
         std::fs::write(&path, &damaged).unwrap();
 
         let mut report = VerifyReport::default();
-        verify_segment(&path, 0, &mut report).unwrap();
+        verify_segment(&path, 0, false, &mut report).unwrap();
         assert!(
             report.findings.iter().any(|f| f.corrupt && f.file == path),
             "verify missed a flip at byte {i}"
@@ -210,4 +210,69 @@ fn verify_passes_a_clean_store_and_counts_its_records() {
     assert!(report.is_clean(), "{report:?}");
     assert_eq!(report.records, 10);
     assert_eq!(report.segments, 2);
+}
+
+/// Appends `rounds` of batches to the active segment with an interval durability long enough
+/// that no sync happens except where `sync_after` says; returns each batch's start.
+fn write_rounds(dir: &Path, batches: usize, sync_after: &[usize]) -> Vec<u64> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let buffered = LogOptions {
+            durability: strata::Durability::Interval(std::time::Duration::from_secs(3600)),
+            ..LogOptions::default()
+        };
+        let (_s, log) = open(dir, buffered).unwrap();
+        let mut starts = Vec::new();
+        for n in 0..batches {
+            starts.push(log.stats()[0].bytes);
+            // A batch of a few KiB, so batches lie on different pages.
+            let big = Bytes::from(vec![b'x'; 5000]);
+            log.append(0, vec![NewRecord::value(7, big)]).await.unwrap();
+            if sync_after.contains(&n) {
+                log.sync().await.unwrap();
+            }
+        }
+        log.close().await.unwrap();
+        starts
+    })
+}
+
+/// Zeroes the bytes of the batch starting at `start` (a page the power cut never wrote).
+fn zero_batch(path: &Path, start: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let start = start as usize;
+    bytes[start..start + 5000].fill(0);
+    std::fs::write(path, &bytes).unwrap();
+}
+
+#[test]
+fn a_hole_in_the_last_sync_round_is_a_torn_tail_even_with_valid_batches_after_it() {
+    // Batches 0 and 1 synced; 2, 3 and 4 written in one round whose sync the power cut: 3 and 4
+    // reached the disk, 2 did not. Nothing of that round was acknowledged: cut at 2.
+    let dir = tempfile::tempdir().unwrap();
+    let starts = write_rounds(dir.path(), 5, &[1]);
+    let path = segment(dir.path(), 0);
+    zero_batch(&path, starts[2]);
+    let (_s, log) = open(dir.path(), LogOptions::default()).expect("an ordinary torn tail opens");
+    assert_eq!(log.high_water_mark(0).unwrap(), 2, "cut at the hole");
+    assert_eq!(read_everything(&log).unwrap(), 2);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), starts[2]);
+}
+
+#[test]
+fn a_hole_in_synced_bytes_of_the_active_segment_is_corruption() {
+    // Batch 2 was synced (batch 3 was written after that sync and says so): losing it is
+    // damage to acknowledged data, never a torn tail to cut.
+    let dir = tempfile::tempdir().unwrap();
+    let starts = write_rounds(dir.path(), 5, &[1, 2]);
+    let path = segment(dir.path(), 0);
+    zero_batch(&path, starts[2]);
+    match open(dir.path(), LogOptions::default()) {
+        Err(StoreError::Corrupt { file, offset, .. }) => {
+            assert_eq!((file, offset), (path.clone(), starts[2]));
+        }
+        other => panic!("expected corruption at batch 2, got {other:?}"),
+    }
+    let report = strata::tools::verify_store(dir.path()).unwrap();
+    assert!(!report.is_clean(), "verify reports it too: {report:?}");
 }

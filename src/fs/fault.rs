@@ -279,19 +279,25 @@ impl FileSystem for FaultFs {
             (OpenMode::Truncate, Some(_)) => state.admit(OpKind::Resize, path)?,
             (_, None) => state.admit(OpKind::Create, path)?,
         }
-        let file = open_real(path, mode)?;
         let ino = match existing {
-            Some(ino) => {
-                if mode == OpenMode::Truncate {
-                    if let Some(node) = state.tree.file_mut(ino) {
-                        node.preserve(&file, 0, u64::MAX)?;
-                    }
-                }
-                ino
+            Some(ino) => ino,
+            None => {
+                let file = open_real(path, mode)?;
+                let ino = state.tree.create_file(path)?;
+                return Ok(self.file(ino, file));
             }
-            None => state.tree.create_file(path)?,
         };
+        // Cutting an existing file: save its durable bytes before they are gone.
+        let real_mode = if mode == OpenMode::Truncate {
+            OpenMode::ReadWrite
+        } else {
+            mode
+        };
+        let file = open_real(path, real_mode)?;
         if mode == OpenMode::Truncate {
+            if let Some(node) = state.tree.file_mut(ino) {
+                node.preserve(&file, 0, u64::MAX)?;
+            }
             file.set_len(0)?;
         }
         Ok(self.file(ino, file))

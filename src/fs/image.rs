@@ -2,10 +2,12 @@
 //!
 //! A directory keeps its synced entries plus a prefix of the changes made since (a journal
 //! writes them back in order; none of them when strict). A file keeps its synced bytes; each page
-//! changed since its last sync is kept, lost (the synced bytes, or zeros past the synced
-//! length), zeroed, or torn (each 512-byte sector old or new), and its length is the synced one,
-//! the current one, or a page boundary in between. A native directory (RocksDB's) is copied as
-//! it is: the engine keeps what it promised (every write it synced) by its own means.
+//! changed since its last sync is kept (new bytes), lost (the synced bytes, zeros past the synced
+//! length), filled with stale garbage past the synced length (blocks a file system allocated but
+//! never wrote), or torn (each 512-byte sector old or new: sectors are written atomically, so
+//! synced bytes are never damaged), and its length is the synced one, the current one, or a page
+//! boundary in between. A native directory (RocksDB's) is copied as it is: the engine keeps what
+//! it promised (every write it synced) by its own means.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -37,8 +39,8 @@ pub struct ImageReport {
     pub pages_kept: u64,
     /// Unsynced pages lost (their synced bytes, or zeros, instead).
     pub pages_lost: u64,
-    /// Unsynced pages turned to zeros.
-    pub pages_zeroed: u64,
+    /// Unsynced pages whose never-synced bytes hold stale garbage.
+    pub pages_garbage: u64,
     /// Unsynced pages torn sector by sector.
     pub pages_torn: u64,
     /// Unsynced directory changes kept.
@@ -76,7 +78,7 @@ impl Chooser {
 enum Fate {
     Kept,
     Lost,
-    Zeroed,
+    Garbage,
     Torn,
 }
 
@@ -88,7 +90,7 @@ impl Chooser {
             CrashMode::Random { .. } => match self.next() % 20 {
                 0..=6 => Fate::Kept,
                 7..=13 => Fate::Lost,
-                14..=15 => Fate::Zeroed,
+                14..=15 => Fate::Garbage,
                 _ => Fate::Torn,
             },
         }
@@ -180,8 +182,12 @@ fn file_image(
         }
     }
     let old = image.clone();
-    let fresh_pages = (durable.min(now) / PAGE)..now.max(durable).div_ceil(PAGE);
-    let changed: BTreeSet<u64> = file.saved.keys().copied().chain(fresh_pages).collect();
+    // Pages holding bytes between the synced and the current length changed too.
+    let resized = match now.cmp(&durable) {
+        std::cmp::Ordering::Equal => 0..0,
+        _ => (durable.min(now) / PAGE)..now.max(durable).div_ceil(PAGE),
+    };
+    let changed: BTreeSet<u64> = file.saved.keys().copied().chain(resized).collect();
     for page in changed {
         let start = (page * PAGE) as usize;
         if start >= image.len() {
@@ -195,9 +201,12 @@ fn file_image(
                 (start..end).for_each(|i| image[i] = new(i));
             }
             Fate::Lost => report.pages_lost += 1,
-            Fate::Zeroed => {
-                report.pages_zeroed += 1;
-                image[start..end].fill(0);
+            Fate::Garbage => {
+                report.pages_garbage += 1;
+                let from = start.max(durable as usize).min(end);
+                for byte in image[from..end].iter_mut() {
+                    *byte = chooser.next() as u8;
+                }
             }
             Fate::Torn => {
                 report.pages_torn += 1;

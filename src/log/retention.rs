@@ -26,9 +26,11 @@ impl RetentionReport {
     }
 }
 
-/// Removes `doomed` segments from the view, then unlinks their files and syncs the directory:
-/// durable when this returns. Mapped readers keep the inode alive until they drop their
-/// mapping, so this is safe while reads are in flight; what they pin is counted.
+/// Deletes `doomed` segments (oldest first): unlinks their files and syncs the directory, and
+/// only then drops them from the view (persist, then apply: the low-water mark never runs ahead
+/// of the disk). Mapped readers keep an unlinked inode alive until they drop their mapping, so
+/// this is safe while reads are in flight; what they pin is counted. After a failure the view
+/// still lists the segments, and a later pass deletes them again.
 pub(crate) fn remove_segments(
     partition: &Partition,
     doomed: &[Arc<SealedSegment>],
@@ -36,19 +38,22 @@ pub(crate) fn remove_segments(
     if doomed.is_empty() {
         return Ok(());
     }
-    partition.update_view(|view| {
-        view.sealed
-            .retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(s, d)));
-    });
     let fs = &*partition.fs;
     for segment in doomed {
         let base = segment.index().base_offset;
         for name in [segment_file_name(base), index_file_name(base)] {
             remove_if_present(fs, &partition.dir.join(name))?;
         }
+    }
+    sync_dir(fs, &partition.dir)?;
+    partition.update_view(|view| {
+        view.sealed
+            .retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(s, d)));
+    });
+    for segment in doomed {
         segment.mark_deleted();
     }
-    sync_dir(fs, &partition.dir)
+    Ok(())
 }
 
 /// Removes `doomed` (see [`remove_segments`]) and reports what that freed.

@@ -22,7 +22,7 @@ use super::options::{Durability, LogOptions};
 use super::partition::Partition;
 use super::request::{check_items, encode_request, EncodedRequest, Items, OffsetRange};
 use crate::error::{StoreError, StoreResult};
-use crate::fs::{sync_dir, write_file, Fs};
+use crate::fs::{remove_if_present, sync_dir, write_file, Fs};
 use crate::segment::{
     index_file_name, segment_file_name, PinCounter, SealedSegment, SegmentWriter, WriterMark,
 };
@@ -68,11 +68,20 @@ struct PartitionWriter {
     unpublished: bool,
     /// Why the last sync failed; writes are refused until a re-sync succeeds.
     poisoned: Option<String>,
+    /// A segment file a failed roll may have left; no write lands in the active segment until
+    /// it is durably gone (it would claim offsets the active segment then holds).
+    stray: Option<std::path::PathBuf>,
 }
 
 impl PartitionWriter {
-    /// Writes the unsynced bytes of a poisoned partition again and syncs them.
-    fn heal(&mut self) -> StoreResult<()> {
+    /// Makes the partition writable again: removes a stray segment file durably, and writes
+    /// the unsynced bytes of a poisoned partition again and syncs them.
+    fn heal(&mut self, fs: &dyn crate::fs::FileSystem) -> StoreResult<()> {
+        if let Some(stray) = &self.stray {
+            remove_if_present(fs, stray)?;
+            sync_dir(fs, &self.shared.dir)?;
+            self.stray = None;
+        }
         let Some(reason) = &self.poisoned else {
             return Ok(());
         };
@@ -128,6 +137,7 @@ impl Writer {
                 dirty: false,
                 unpublished: false,
                 poisoned: None,
+                stray: None,
             })
             .collect();
         Self {
@@ -269,7 +279,7 @@ impl Writer {
         partitions: &[u32],
     ) -> StoreResult<Vec<OffsetRange>> {
         for &p in partitions {
-            self.partitions[p as usize].heal()?;
+            self.partitions[p as usize].heal(&*self.fs)?;
             let writer = &self.partitions[p as usize].active;
             let fits = writer.len() + request.bytes_for(p) <= self.options.segment_bytes;
             if !writer.is_empty() && !fits {
@@ -325,7 +335,7 @@ impl Writer {
     }
 
     fn roll_if_not_empty(&mut self, partition: u32) -> StoreResult<()> {
-        self.partitions[partition as usize].heal()?;
+        self.partitions[partition as usize].heal(&*self.fs)?;
         if self.partitions[partition as usize].active.is_empty() {
             return Ok(());
         }
@@ -341,9 +351,7 @@ impl Writer {
         let interval = self.options.index_interval_bytes;
         let fs = self.fs.clone();
         let p = &mut self.partitions[partition as usize];
-        if let Some(reason) = &p.poisoned {
-            return Err(poisoned(partition, reason));
-        }
+        p.heal(&*fs)?;
         if let Err(e) = p.active.sync() {
             p.poisoned = Some(e.to_string());
             return Err(e);
@@ -365,8 +373,15 @@ impl Writer {
         )?;
         let next = p.next_offset;
         let new_path = p.shared.dir.join(segment_file_name(next));
-        let fresh = SegmentWriter::create(&*fs, &new_path, next, interval)?;
-        sync_dir(&*fs, &p.shared.dir)?;
+        let created = SegmentWriter::create(&*fs, &new_path, next, interval)
+            .and_then(|fresh| sync_dir(&*fs, &p.shared.dir).map(|()| fresh));
+        let fresh = match created {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                p.stray = Some(new_path);
+                return Err(e);
+            }
+        };
         let new_active = fresh.shared().clone();
         let old = std::mem::replace(&mut p.active, fresh);
         p.shared.update_view(|view| {
@@ -382,7 +397,7 @@ impl Writer {
     /// still refuses writes.
     fn sync_all_partitions(&mut self) -> StoreResult<()> {
         for p in &mut self.partitions {
-            let _ = p.heal();
+            let _ = p.heal(&*self.fs);
         }
         self.sync_dirty();
         self.publish();

@@ -1,0 +1,262 @@
+//! The power-cut harness: runs a workload on a [`FaultFs`], cuts the power at each of its sync,
+//! rename and unlink points (and at random points), writes the crash images a power cut there
+//! could leave (nothing unsynced kept, everything kept, and seeded random mixes of kept, lost,
+//! zeroed and torn pages and directory changes), and checks each image against what the
+//! workload saw acknowledged. The same workloads run under a fault on the Nth operation and a
+//! full disk, where the store must answer typed errors and keep working once the fault is gone.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use strata::fs::{CrashMode, FaultFs, FaultPlan, OpKinds};
+
+/// A directory standing for one machine's disk, with the fault layer over it.
+pub struct Disk {
+    _dir: tempfile::TempDir,
+    /// The store's root.
+    pub root: PathBuf,
+    /// The layer every file operation goes through.
+    pub fs: FaultFs,
+}
+
+/// A scratch directory in memory when the machine has one (crash points run by the hundred).
+pub fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let builder = tempfile::Builder::new().prefix("strata-power-cut-").clone();
+    if shm.is_dir() {
+        builder.tempdir_in(shm).expect("a scratch directory")
+    } else {
+        builder.tempdir().expect("a scratch directory")
+    }
+}
+
+impl Disk {
+    /// A fresh, empty disk.
+    pub fn new() -> Self {
+        let dir = scratch();
+        let root = dir.path().join("disk");
+        std::fs::create_dir(&root).expect("the disk root");
+        let fs = FaultFs::new(&root).expect("the fault layer");
+        Self {
+            _dir: dir,
+            root,
+            fs,
+        }
+    }
+
+    /// A disk holding `image` as it is (every byte durable), to check or to keep using.
+    pub fn from_image(image: &Path) -> Self {
+        let dir = scratch();
+        let root = dir.path().join("disk");
+        copy_dir(image, &root);
+        let fs = FaultFs::new(&root).expect("the fault layer");
+        Self {
+            _dir: dir,
+            root,
+            fs,
+        }
+    }
+
+    /// The store options that put this disk's layer under a store.
+    pub fn options(&self) -> strata::StoreOptions {
+        strata::StoreOptions::default().with_fs(self.fs.shared())
+    }
+
+    /// True once the power is off.
+    pub fn dead(&self) -> bool {
+        self.fs.crashed().is_some()
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// How a run went, by the workload's own account.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Errors met before `between`.
+    pub errors_before: usize,
+    /// Errors met after `between`.
+    pub errors_after: usize,
+    /// Whether the final probe (one more write, retried once) succeeded.
+    pub probe_ok: bool,
+}
+
+/// A write path under test.
+pub trait Workload: Sync {
+    /// What the workload saw acknowledged.
+    type Acks: Default + std::fmt::Debug;
+    /// Its name in reports.
+    fn name(&self) -> &'static str;
+    /// Opens the store on `disk` and drives the write path, recording every acknowledgement
+    /// in `acks`. Calls `between` once half-way (a test may lift its fault there). Stops early
+    /// once the power is off; otherwise goes on past errors.
+    fn run(&self, disk: &Disk, acks: &mut Self::Acks, between: &dyn Fn());
+    /// Checks the store in `root` (a crash image, or the disk after the run) against `acks`.
+    fn check(&self, root: &Path, acks: &Self::Acks);
+    /// How the run went.
+    fn outcome(&self, acks: &Self::Acks) -> Outcome;
+    /// Most errors one injected failure may cause (the requests sharing the failed round).
+    fn errors_per_fault(&self) -> usize {
+        8
+    }
+}
+
+/// How hard to look: `STRATA_POWER_CUT_LONG=1` explores with more random images per point.
+pub fn random_images_per_point() -> u64 {
+    match std::env::var("STRATA_POWER_CUT_LONG") {
+        Ok(v) if v != "0" => 16,
+        _ => 3,
+    }
+}
+
+/// A seed for the random images; `STRATA_POWER_CUT_SEED` replays a printed one.
+pub fn base_seed() -> u64 {
+    std::env::var("STRATA_POWER_CUT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5EED_CAFE)
+}
+
+/// What an exploration covered.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Coverage {
+    /// Crash points (operations the power was cut before).
+    pub points: u64,
+    /// Crash images checked.
+    pub images: u64,
+}
+
+/// Runs `check` on an image, turning a failure into a panic that says how to replay it.
+fn check_image<W: Workload>(w: &W, image: &Path, acks: &W::Acks, context: &str) {
+    let outcome = catch_unwind(AssertUnwindSafe(|| w.check(image, acks)));
+    if let Err(panic) = outcome {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        panic!(
+            "{}: {context}: {message}\nacknowledged: {acks:?}\n(replay with \
+             STRATA_POWER_CUT_SEED={})",
+            w.name(),
+            base_seed()
+        );
+    }
+}
+
+/// Cuts the power before every operation of `kinds` the workload performs (and once after its
+/// last), and checks a strict, a keep-all and random crash images of each cut.
+pub fn explore<W: Workload>(w: &W, kinds: OpKinds) -> Coverage {
+    let dry = Disk::new();
+    let mut acks = W::Acks::default();
+    w.run(&dry, &mut acks, &|| {});
+    let total = dry.fs.count(kinds);
+    assert!(
+        total > 0,
+        "{}: the workload performed no crash point",
+        w.name()
+    );
+    check_image(w, &dry.root, &acks, "without a power cut");
+    let mut coverage = Coverage::default();
+    for n in 0..=total {
+        let disk = Disk::new();
+        disk.fs.set_plan(FaultPlan::CrashAt { n, kinds });
+        let mut acks = W::Acks::default();
+        w.run(&disk, &mut acks, &|| {});
+        let reason = disk
+            .fs
+            .crashed()
+            .unwrap_or_else(|| "after the last operation".into());
+        disk.fs.cut_power();
+        coverage.points += 1;
+        let mut modes = vec![CrashMode::Strict, CrashMode::KeepAll];
+        for k in 0..random_images_per_point() {
+            let seed = base_seed() ^ (n << 8) ^ k ^ (w.name().len() as u64) << 40;
+            modes.push(CrashMode::Random { seed });
+        }
+        for mode in modes {
+            let dir = scratch();
+            let image = dir.path().join("disk");
+            disk.fs
+                .write_crash_image(&image, mode)
+                .expect("the crash image");
+            check_image(w, &image, &acks, &format!("{reason}, image {mode:?}"));
+            coverage.images += 1;
+        }
+    }
+    println!(
+        "power cut {}: {} crash points, {} images checked",
+        w.name(),
+        coverage.points,
+        coverage.images
+    );
+    coverage
+}
+
+/// Fails each operation of the workload in turn (once, with EIO) and checks that the store
+/// answered with errors, lost nothing acknowledged and ends intact. Returns the runs made.
+pub fn fail_each_operation<W: Workload>(w: &W, stride: u64) -> u64 {
+    let dry = Disk::new();
+    let mut acks = W::Acks::default();
+    w.run(&dry, &mut acks, &|| {});
+    let total = dry.fs.count(OpKinds::ALL);
+    let mut runs = 0;
+    for n in (0..total).step_by(stride.max(1) as usize) {
+        let disk = Disk::new();
+        disk.fs.set_plan(FaultPlan::FailAt {
+            n,
+            kinds: OpKinds::ALL,
+        });
+        let mut acks = W::Acks::default();
+        w.run(&disk, &mut acks, &|| {});
+        disk.fs.set_plan(FaultPlan::None);
+        let context = format!("operation #{n} failed once");
+        let outcome = w.outcome(&acks);
+        assert!(
+            outcome.probe_ok,
+            "{}: {context}: the store did not work again: {acks:?}",
+            w.name()
+        );
+        assert!(
+            outcome.errors_before + outcome.errors_after <= w.errors_per_fault(),
+            "{}: {context}: one fault caused {outcome:?}",
+            w.name()
+        );
+        check_image(w, &disk.root, &acks, &context);
+        runs += 1;
+    }
+    println!(
+        "fault {}: {runs} runs, each failing one of {total} operations",
+        w.name()
+    );
+    runs
+}
+
+/// Runs the workload with the disk full after `budget` bytes until `between`, where space is
+/// freed; checks the result.
+pub fn fill_disk<W: Workload>(w: &W, budget: u64) {
+    let disk = Disk::new();
+    disk.fs.set_plan(FaultPlan::DiskFull { bytes: budget });
+    let mut acks = W::Acks::default();
+    let fs = disk.fs.clone();
+    w.run(&disk, &mut acks, &move || fs.set_plan(FaultPlan::None));
+    let context = format!("disk full after {budget} bytes");
+    let outcome = w.outcome(&acks);
+    assert!(
+        outcome.errors_after == 0 && outcome.probe_ok,
+        "{}: {context}: the store did not recover once space was freed: {outcome:?} {acks:?}",
+        w.name()
+    );
+    check_image(w, &disk.root, &acks, &context);
+}

@@ -1,0 +1,584 @@
+//! Workloads of the log's write paths: appends and rolls, retention, keyed compaction, and the
+//! MANIFEST (log creation).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use strata::log::{CompactionPolicy, RetentionPolicy};
+use strata::segment::NewRecord;
+use strata::{Log, LogOptions, Store, StoreError};
+
+use super::harness::{Disk, Outcome, Workload};
+
+/// A multi-thread runtime for a workload or a check.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// Opens the store on a crash image (no faults) for checking.
+pub fn open_image(root: &Path) -> (Disk, Store) {
+    let disk = Disk::from_image(root);
+    let store = Store::open_with(&disk.root, disk.options())
+        .unwrap_or_else(|e| panic!("the image does not open: {e}"));
+    (disk, store)
+}
+
+/// Closes `store` and checks the directory with `strata verify`.
+pub fn verify_clean(disk: &Disk, store: Store) {
+    store.close_blocking().expect("a clean close");
+    drop(store);
+    let report = strata::tools::verify::verify_store(&disk.root).expect("verify runs");
+    assert!(report.is_clean(), "verify found: {:?}", report.findings);
+}
+
+/// Every record of `partition` from its low-water mark on.
+pub fn all_records(log: &Log, partition: u32) -> Vec<strata::Record> {
+    let mut out = Vec::new();
+    let low = log.low_water_mark(partition).unwrap();
+    log.for_each_record::<StoreError>(partition, low, |r| {
+        out.push(r);
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+/// Opens the store and `log` on `disk`, trying twice (a single injected fault may hit the
+/// first attempt); errors are counted in `tally`.
+pub fn open_log(
+    disk: &Disk,
+    tally: &mut Tally,
+    name: &str,
+    partitions: u32,
+    options: LogOptions,
+) -> Option<(Store, Log)> {
+    for _ in 0..2 {
+        if disk.dead() {
+            return None;
+        }
+        let opened = Store::open_with(&disk.root, disk.options()).and_then(|s| {
+            s.open_log(name, partitions, options.clone())
+                .map(|l| (s, l))
+        });
+        match opened {
+            Ok(pair) => return Some(pair),
+            Err(_) => tally.error(),
+        }
+    }
+    None
+}
+
+/// Errors and the probe, shared by the workloads' acknowledgement records.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub halfway: bool,
+    pub errors_before: usize,
+    pub errors_after: usize,
+    pub probe_ok: bool,
+}
+
+impl Tally {
+    pub fn error(&mut self) {
+        if self.halfway {
+            self.errors_after += 1;
+        } else {
+            self.errors_before += 1;
+        }
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        Outcome {
+            errors_before: self.errors_before,
+            errors_after: self.errors_after,
+            probe_ok: self.probe_ok,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- appends and rolls
+
+const PARTITIONS: u32 = 2;
+
+fn append_options() -> LogOptions {
+    // Segments of a few pages, so one sync round's batches span pages a power cut can split.
+    LogOptions {
+        segment_bytes: 16 << 10,
+        index_interval_bytes: 256,
+        ..LogOptions::default()
+    }
+}
+
+/// A record's payload: which request, item and position it is, padded to `pad` bytes.
+fn payload(request: u64, item: usize, k: usize, n: usize, pad: usize) -> Bytes {
+    let head = format!("r{request}-i{item}-k{k}-n{n}-");
+    let mut body = head.into_bytes();
+    body.resize(body.len().max(pad), b'.');
+    Bytes::from(body)
+}
+
+fn parse(payload: &[u8]) -> (u64, usize, usize, usize) {
+    let text = std::str::from_utf8(payload).expect("a workload payload");
+    let parts: Vec<&str> = text.trim_end_matches('.').split('-').collect();
+    let num = |i: usize| parts[i][1..].parse::<u64>().expect("a field");
+    (num(0), num(1) as usize, num(2) as usize, num(3) as usize)
+}
+
+/// Concurrent appends to two small-segment partitions: single records, multi-record items,
+/// two-partition requests, and one request large enough to span batches.
+pub struct Appends;
+
+/// Acknowledged records: `(partition, offset) -> payload`.
+#[derive(Debug, Default)]
+pub struct AppendAcks {
+    pub records: BTreeMap<(u32, i64), Bytes>,
+    pub tally: Tally,
+}
+
+/// The items of request `id` (by writer and step).
+fn request_items(id: u64, step: usize) -> Vec<(u32, Vec<NewRecord>)> {
+    let record = |item, k, n, pad| NewRecord::value(7, payload(id, item, k, n, pad));
+    let p = (id % u64::from(PARTITIONS)) as u32;
+    match step % 5 {
+        0 | 1 => vec![(p, vec![record(0, 0, 1, 40)])],
+        2 => vec![(p, (0..4).map(|k| record(0, k, 4, 300)).collect())],
+        3 => vec![
+            (0, vec![record(0, 0, 1, 60)]),
+            (1, (0..2).map(|k| record(1, k, 2, 60)).collect()),
+        ],
+        // Over 1 MiB: several batches of one append.
+        _ if step == 4 => vec![(p, (0..3).map(|k| record(0, k, 3, 400 << 10)).collect())],
+        _ => vec![(p, vec![record(0, 0, 1, 1200)])],
+    }
+}
+
+impl Appends {
+    async fn writer(
+        log: Log,
+        disk_dead: impl Fn() -> bool,
+        writer: u64,
+        acks: Arc<Mutex<AppendAcks>>,
+    ) {
+        for step in 0..8 {
+            if disk_dead() {
+                return;
+            }
+            let id = writer * 100 + step as u64;
+            let items = request_items(id, step);
+            let payloads: Vec<Vec<Bytes>> = items
+                .iter()
+                .map(|(_, rs)| rs.iter().map(|r| r.value.clone().unwrap()).collect())
+                .collect();
+            let partitions: Vec<u32> = items.iter().map(|(p, _)| *p).collect();
+            let result = log.append_many(items).await;
+            let mut acks = acks.lock().unwrap();
+            match result {
+                Ok(ranges) => {
+                    for ((p, (first, _)), values) in partitions.iter().zip(ranges).zip(payloads) {
+                        for (i, v) in values.into_iter().enumerate() {
+                            acks.records.insert((*p, first + i as i64), v);
+                        }
+                    }
+                }
+                Err(_) => acks.tally.error(),
+            }
+        }
+    }
+}
+
+/// One more append to each partition, retried once; true when every one worked.
+pub async fn probe(log: &Log, partitions: u32) -> bool {
+    for p in 0..partitions {
+        let record = || {
+            vec![NewRecord::value(
+                1,
+                Bytes::from_static(b"r999999-i0-k0-n1-"),
+            )]
+        };
+        if log.append(p, record()).await.is_err() && log.append(p, record()).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+impl Workload for Appends {
+    type Acks = AppendAcks;
+
+    fn name(&self) -> &'static str {
+        "log appends and rolls"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn()) {
+        let Some((store, log)) = open_log(
+            disk,
+            &mut acks.tally,
+            "events",
+            PARTITIONS,
+            append_options(),
+        ) else {
+            return;
+        };
+        let shared = Arc::new(Mutex::new(std::mem::take(acks)));
+        let rt = runtime();
+        for half in 0..2u64 {
+            rt.block_on(async {
+                let tasks: Vec<_> = (0..3u64)
+                    .map(|w| {
+                        let fs = disk.fs.clone();
+                        tokio::spawn(Self::writer(
+                            log.clone(),
+                            move || fs.crashed().is_some(),
+                            w + 3 * half,
+                            shared.clone(),
+                        ))
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            });
+            if half == 0 {
+                between();
+                shared.lock().unwrap().tally.halfway = true;
+            }
+        }
+        let probed = !disk.dead() && rt.block_on(probe(&log, PARTITIONS));
+        *acks = std::mem::take(&mut *shared.lock().unwrap());
+        acks.tally.probe_ok = probed;
+        let _ = store.close_blocking();
+    }
+
+    fn check(&self, root: &Path, acks: &AppendAcks) {
+        let (disk, store) = open_image(root);
+        let log = store
+            .open_log("events", PARTITIONS, append_options())
+            .expect("the log opens");
+        for p in 0..PARTITIONS {
+            let records = all_records(&log, p);
+            let mut items: HashMap<(u64, usize), (usize, usize)> = HashMap::new();
+            for (i, r) in records.iter().enumerate() {
+                assert_eq!(
+                    r.offset, i as i64,
+                    "partition {p}: offsets are dense from 0"
+                );
+                let (request, item, _, n) = parse(r.value.as_deref().unwrap());
+                let seen = items.entry((request, item)).or_insert((0, n));
+                seen.0 += 1;
+            }
+            for ((request, item), (seen, n)) in items {
+                assert_eq!(
+                    seen, n,
+                    "partition {p}: request {request} item {item} is half there"
+                );
+            }
+            for ((ap, offset), value) in acks.records.range((p, 0)..(p + 1, 0)) {
+                let found = records.get(*offset as usize).and_then(|r| r.value.as_ref());
+                assert_eq!(
+                    found,
+                    Some(value),
+                    "partition {ap}: acknowledged offset {offset} lost"
+                );
+            }
+        }
+        verify_clean(&disk, store);
+    }
+
+    fn outcome(&self, acks: &AppendAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+}
+
+// ---------------------------------------------------------------- retention
+
+fn retention_options() -> LogOptions {
+    LogOptions {
+        segment_bytes: 4096,
+        retention: RetentionPolicy {
+            max_bytes: Some(3 * 4096),
+            max_age: None,
+        },
+        ..LogOptions::default()
+    }
+}
+
+/// Appends and retention passes on one partition: a low-water mark a pass acknowledged never
+/// goes back, and every acknowledged record at or above it stays.
+pub struct Retention;
+
+/// What retention and appends acknowledged.
+#[derive(Debug, Default)]
+pub struct RetentionAcks {
+    pub records: BTreeMap<i64, Bytes>,
+    /// Low-water mark after the last acknowledged retention pass.
+    pub low_water_mark: i64,
+    pub tally: Tally,
+}
+
+impl Workload for Retention {
+    type Acks = RetentionAcks;
+
+    fn name(&self) -> &'static str {
+        "log retention"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut RetentionAcks, between: &dyn Fn()) {
+        let Some((store, log)) = open_log(disk, &mut acks.tally, "kept", 1, retention_options())
+        else {
+            return;
+        };
+        let rt = runtime();
+        for round in 0..6 {
+            if round == 3 {
+                between();
+                acks.tally.halfway = true;
+            }
+            for i in 0..12 {
+                if disk.dead() {
+                    return;
+                }
+                let value = payload(round * 100 + i, 0, 0, 1, 500);
+                match rt.block_on(log.append(0, vec![NewRecord::value(3, value.clone())])) {
+                    Ok((offset, _)) => {
+                        acks.records.insert(offset, value);
+                    }
+                    Err(_) => acks.tally.error(),
+                }
+            }
+            match log.apply_retention(strata::now_ms()) {
+                Ok(_) => acks.low_water_mark = log.low_water_mark(0).unwrap(),
+                Err(_) => acks.tally.error(),
+            }
+        }
+        acks.tally.probe_ok = !disk.dead() && rt.block_on(probe(&log, 1));
+        let _ = store.close_blocking();
+    }
+
+    fn check(&self, root: &Path, acks: &RetentionAcks) {
+        let (disk, store) = open_image(root);
+        let log = store.open_log("kept", 1, retention_options()).unwrap();
+        let low = log.low_water_mark(0).unwrap();
+        assert!(
+            low >= acks.low_water_mark,
+            "retention came undone: low-water mark {low}, acknowledged {}",
+            acks.low_water_mark
+        );
+        let records: BTreeMap<i64, Bytes> = all_records(&log, 0)
+            .into_iter()
+            .map(|r| (r.offset, r.value.unwrap()))
+            .collect();
+        for (offset, value) in acks.records.range(low..) {
+            assert_eq!(
+                records.get(offset),
+                Some(value),
+                "acknowledged offset {offset} lost"
+            );
+        }
+        verify_clean(&disk, store);
+    }
+
+    fn outcome(&self, acks: &RetentionAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+}
+
+// ---------------------------------------------------------------- keyed compaction
+
+fn compaction_options() -> LogOptions {
+    LogOptions {
+        segment_bytes: 4096,
+        compaction: CompactionPolicy {
+            enabled: true,
+            delete_retention: std::time::Duration::from_secs(3600),
+            min_cleanable_ratio: 0.0,
+            max_key_map_bytes: 64 << 20,
+        },
+        ..LogOptions::default()
+    }
+}
+
+/// Writes per compaction round (each pass rolls, so a round is about one segment).
+const ROUND: usize = 8;
+
+/// Rounds of keyed writes with a compaction pass after each. An even round puts `k` and
+/// overwrites `j1..j7`; the odd round after it deletes `k` (a tombstone with an old timestamp,
+/// so the pass may drop it at once) and overwrites `j1..j7` again. Its pass empties the even
+/// round's segment and rewrites the odd one without the tombstone: the window in which a
+/// deleted key could come back. After a power cut each key shows its last
+/// acknowledged value, or that of a later write whose outcome is unknown.
+pub struct Compaction;
+
+/// Every write in order: key, value (`None`: delete), and whether it was acknowledged.
+#[derive(Debug, Default)]
+pub struct CompactionAcks {
+    pub writes: Vec<(Bytes, Option<Bytes>, bool)>,
+    pub tally: Tally,
+}
+
+impl CompactionAcks {
+    /// What key `k` may show: its last acknowledged value (none: absent), or the value of any
+    /// later write whose outcome is unknown (it failed, or the power went out during it).
+    fn allowed(&self, k: &Bytes) -> Vec<Option<Bytes>> {
+        let mine: Vec<&(Bytes, Option<Bytes>, bool)> =
+            self.writes.iter().filter(|w| w.0 == k).collect();
+        let last_acked = mine.iter().rposition(|w| w.2);
+        let mut allowed = vec![last_acked.and_then(|i| mine[i].1.clone())];
+        let after = last_acked.map_or(0, |i| i + 1);
+        allowed.extend(mine[after..].iter().map(|w| w.1.clone()));
+        allowed
+    }
+}
+
+impl Compaction {
+    /// The key and value (`None`: delete) of write `i`.
+    fn write(i: usize) -> (Bytes, Option<Bytes>) {
+        let (round, j) = (i / ROUND, i % ROUND);
+        let value = Some(Bytes::from(format!("v{i}-{}", "x".repeat(300))));
+        match (j, round % 2) {
+            (0, 0) => (Bytes::from("k"), value),
+            (0, _) => (Bytes::from("k"), None),
+            _ => (Bytes::from(format!("j{j}")), value),
+        }
+    }
+}
+
+impl Workload for Compaction {
+    type Acks = CompactionAcks;
+
+    fn name(&self) -> &'static str {
+        "keyed compaction"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut CompactionAcks, between: &dyn Fn()) {
+        let Some((store, log)) = open_log(disk, &mut acks.tally, "table", 1, compaction_options())
+        else {
+            return;
+        };
+        let rt = runtime();
+        for i in 0..48 {
+            if disk.dead() {
+                return;
+            }
+            if i == 24 {
+                between();
+                acks.tally.halfway = true;
+            }
+            let (k, value) = Self::write(i);
+            let timestamp = if value.is_some() { strata::now_ms() } else { 1 };
+            let record = NewRecord::keyed(timestamp, k.clone(), value.clone());
+            let acked = rt.block_on(log.append(0, vec![record])).is_ok();
+            if !acked {
+                acks.tally.error();
+            }
+            acks.writes.push((k, value, acked));
+            if i % ROUND == ROUND - 1 && log.compact_partition(0, strata::now_ms()).is_err() {
+                acks.tally.error();
+            }
+        }
+        acks.tally.probe_ok = !disk.dead()
+            && (log.compact_partition(0, strata::now_ms()).is_ok()
+                || log.compact_partition(0, strata::now_ms()).is_ok());
+        let _ = store.close_blocking();
+    }
+
+    fn check(&self, root: &Path, acks: &CompactionAcks) {
+        let (disk, store) = open_image(root);
+        let log = store.open_log("table", 1, compaction_options()).unwrap();
+        let mut visible: BTreeMap<Bytes, Option<Bytes>> = BTreeMap::new();
+        let mut last = -1;
+        for r in all_records(&log, 0) {
+            assert!(r.offset > last, "offsets increase");
+            last = r.offset;
+            visible.insert(r.key.clone().unwrap(), r.value.clone());
+        }
+        let keys: std::collections::BTreeSet<Bytes> =
+            acks.writes.iter().map(|w| w.0.clone()).collect();
+        for k in &keys {
+            let shown = visible.get(k).cloned().flatten();
+            let allowed = acks.allowed(k);
+            assert!(
+                allowed.contains(&shown),
+                "key {k:?} shows {shown:?}; allowed: {allowed:?}"
+            );
+        }
+        verify_clean(&disk, store);
+    }
+
+    fn outcome(&self, acks: &CompactionAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+}
+
+// ---------------------------------------------------------------- MANIFEST
+
+/// Log creations one after another (each a MANIFEST replacement): every log whose creation was
+/// acknowledged is there after a power cut, with its partition count.
+pub struct Manifest;
+
+/// Logs created (name, partitions).
+#[derive(Debug, Default)]
+pub struct ManifestAcks {
+    pub logs: Vec<(String, u32)>,
+    pub tally: Tally,
+}
+
+impl Workload for Manifest {
+    type Acks = ManifestAcks;
+
+    fn name(&self) -> &'static str {
+        "MANIFEST"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut ManifestAcks, between: &dyn Fn()) {
+        let Some((store, _)) = open_log(disk, &mut acks.tally, "log-0", 1, LogOptions::default())
+        else {
+            return;
+        };
+        acks.logs.push(("log-0".into(), 1));
+        for i in 1..6u32 {
+            if disk.dead() {
+                return;
+            }
+            if i == 3 {
+                between();
+                acks.tally.halfway = true;
+            }
+            let name = format!("log-{i}");
+            match store.open_log(&name, 1 + i % 3, LogOptions::default()) {
+                Ok(_) => acks.logs.push((name, 1 + i % 3)),
+                Err(_) => acks.tally.error(),
+            }
+        }
+        let probe = |n| store.open_log(&format!("probe-{n}"), 1, LogOptions::default());
+        acks.tally.probe_ok = !disk.dead() && (probe(0).is_ok() || probe(1).is_ok());
+        let _ = store.close_blocking();
+    }
+
+    fn check(&self, root: &Path, acks: &ManifestAcks) {
+        let (disk, store) = open_image(root);
+        let present: Vec<(String, u32)> = store
+            .logs()
+            .into_iter()
+            .map(|l| (l.name, l.partitions))
+            .collect();
+        for log in &acks.logs {
+            assert!(
+                present.contains(log),
+                "log {log:?} was created, then lost: {present:?}"
+            );
+            store
+                .open_log(&log.0, log.1, LogOptions::default())
+                .expect("an acknowledged log opens");
+        }
+        verify_clean(&disk, store);
+    }
+
+    fn outcome(&self, acks: &ManifestAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+}
