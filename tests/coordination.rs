@@ -395,3 +395,47 @@ fn a_killed_writer_leaves_no_partial_lease() {
         );
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_renewals_are_compacted_away_and_epochs_keep_increasing() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = role("controller");
+    let mut last = None;
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let transport = DiskCoordinationTransport::open(&store).unwrap();
+        for _ in 0..3 {
+            let token = transport.acquire_epoch(&r).await.unwrap();
+            for _ in 0..400 {
+                transport
+                    .write_lease(&r, token, &lease("node-1", token))
+                    .await
+                    .unwrap();
+            }
+            last = Some(token);
+        }
+        transport.register(&r, &member("node-1")).await.unwrap();
+        let log = transport.coordination().log().clone();
+        let before: u64 = log.stats().iter().map(|s| s.bytes).sum();
+        log.compact(strata::now_ms()).await.unwrap();
+        let after: u64 = log.stats().iter().map(|s| s.bytes).sum();
+        assert!(
+            after * 20 < before,
+            "renewals were kept: {before} -> {after} bytes"
+        );
+        let records = transport.read_role_records(&r).await.unwrap();
+        assert_eq!(leases(&records).len(), 1, "only the latest lease is left");
+        assert_eq!(leases(&records)[0].1, last.unwrap());
+        assert_eq!(
+            records.len(),
+            2,
+            "the lease and the registration: {records:?}"
+        );
+        store.close_blocking().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let transport = DiskCoordinationTransport::open(&store).unwrap();
+    assert_eq!(transport.describe(&r).await.unwrap(), last);
+    let next = transport.acquire_epoch(&r).await.unwrap();
+    assert!(Some(next) > last, "{next:?} after {last:?}");
+}

@@ -537,3 +537,72 @@ async fn subscribing_before_reading_high_water_marks_covers_every_named_offset()
     );
     writer.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_with_one_bad_event_publishes_nothing_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_store, log) = open(dir.path(), 2, LogOptions::default());
+    let (mut stream, _handle) = log.subscribe(vec![start(0, 0), start(1, 0)]);
+    let too_large = Bytes::from(vec![0u8; strata::segment::MAX_RECORDS_LEN + 1]);
+    let group = vec![
+        KeyedEvent {
+            partition: 0,
+            key: b("a"),
+            event: Some(b("1")),
+        },
+        KeyedEvent {
+            partition: 1,
+            key: b("b"),
+            event: Some(b("2")),
+        },
+        KeyedEvent {
+            partition: 1,
+            key: b("c"),
+            event: Some(too_large),
+        },
+    ];
+    let err = log.publish_keyed_group(group).await.unwrap_err();
+    assert!(matches!(err, MetadataLogError::Publish(_)), "{err:?}");
+    assert_silent(&mut stream).await;
+    assert_eq!(log.high_water_marks().await.unwrap(), vec![0, 0]);
+    // The log keeps working: the next group goes through whole.
+    let ok = vec![KeyedEvent {
+        partition: 1,
+        key: b("d"),
+        event: Some(b("4")),
+    }];
+    assert_eq!(log.publish_keyed_group(ok).await.unwrap(), vec![0]);
+    assert_eq!(payloads(&take(&mut stream, 1).await), vec![(1, 0, b("4"))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_is_not_reported_as_nothing_appended_and_heals() {
+    use strata::fs::{FaultFs, FaultPlan, OpKind, OpKinds};
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FaultFs::new(dir.path()).unwrap();
+    let store = Store::open_with(
+        dir.path(),
+        strata::StoreOptions::default().with_fs(fs.shared()),
+    )
+    .unwrap();
+    let log = DiskEventLog::new(store.open_log("meta", 1, LogOptions::default()).unwrap());
+    fs.set_plan(FaultPlan::FailAt {
+        n: 0,
+        kinds: OpKinds::only(OpKind::Sync),
+    });
+    match log.publish(0, b("maybe")).await {
+        Err(MetadataLogError::Other(message)) => {
+            assert!(message.contains("may or may not be durable"), "{message}")
+        }
+        other => panic!("a failed sync must not claim nothing was appended: {other:?}"),
+    }
+    // The next publish writes the unsynced bytes again, syncs, and goes through.
+    assert_eq!(log.publish(0, b("sure")).await.unwrap(), 1);
+    let mut seen = Vec::new();
+    let mut visit = |r: MetadataEventRecord| {
+        seen.push(r.payload);
+        Ok(())
+    };
+    log.visit_range(0, 0, 2, &mut visit).await.unwrap();
+    assert_eq!(seen, vec![b("maybe"), b("sure")]);
+}

@@ -591,3 +591,158 @@ async fn segments_wholly_below_an_offset_are_deleted_and_nothing_else() {
     assert_eq!(log.stats()[0].segments, 1);
     assert_eq!(log.high_water_mark(0).unwrap(), 300);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_with_one_bad_record_writes_none_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("atomic", 2, LogOptions::default()).unwrap();
+    let small = |s: &'static str| NewRecord::value(1, Bytes::from_static(s.as_bytes()));
+    let too_large = NewRecord::value(
+        1,
+        Bytes::from(vec![0u8; strata::segment::MAX_RECORDS_LEN + 1]),
+    );
+    let err = log
+        .append_many(vec![
+            (0, vec![small("a"), small("b")]),
+            (1, vec![small("c"), too_large]),
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Encode(_)), "{err:?}");
+    assert_eq!(log.high_water_mark(0).unwrap(), 0);
+    assert_eq!(log.high_water_mark(1).unwrap(), 0);
+    assert_eq!(log.stats()[0].bytes, 32, "nothing reached the file");
+    assert_eq!(log.append(0, vec![small("d")]).await.unwrap(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_during_a_roll_recovers_by_itself_once_space_returns() {
+    use strata::fs::{FaultFs, FaultPlan};
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FaultFs::new(dir.path()).unwrap();
+    let store = Store::open_with(
+        dir.path(),
+        strata::StoreOptions::default().with_fs(fs.shared()),
+    )
+    .unwrap();
+    let options = LogOptions {
+        segment_bytes: 4096,
+        ..LogOptions::default()
+    };
+    let log = store.open_log("full", 1, options).unwrap();
+    let record = || vec![NewRecord::value(1, Bytes::from(vec![7u8; 1000]))];
+    for _ in 0..3 {
+        log.append(0, record()).await.unwrap();
+    }
+    // The next append needs a new segment; the disk has room for its batch but not its file.
+    fs.set_plan(FaultPlan::DiskFull { bytes: 16 });
+    for _ in 0..3 {
+        match log.append(0, record()).await {
+            Err(StoreError::NoSpace { .. }) => {}
+            other => panic!("expected a typed full-disk error, got {other:?}"),
+        }
+    }
+    fs.set_plan(FaultPlan::None);
+    assert_eq!(log.append(0, record()).await.unwrap(), (3, 3));
+    assert_eq!(
+        log.stats()[0].segments,
+        2,
+        "the roll happened once space returned"
+    );
+    drop(log);
+    store.close_blocking().unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("full", 1, LogOptions::default()).unwrap();
+    assert_eq!(log.high_water_mark(0).unwrap(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_partition_does_not_stop_maintenance_of_the_others_and_is_reported() {
+    use strata::fs::{FaultFs, FaultPlan, OpKind, OpKinds};
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FaultFs::new(dir.path()).unwrap();
+    let store = Store::open_with(
+        dir.path(),
+        strata::StoreOptions::default().with_fs(fs.shared()),
+    )
+    .unwrap();
+    let options = LogOptions {
+        segment_bytes: 4096,
+        retention: RetentionPolicy {
+            max_bytes: Some(4096),
+            max_age: None,
+        },
+        ..LogOptions::default()
+    };
+    let log = store.open_log("kept", 2, options).unwrap();
+    for p in 0..2 {
+        for _ in 0..12 {
+            log.append(p, vec![NewRecord::value(1, Bytes::from(vec![1u8; 900]))])
+                .await
+                .unwrap();
+        }
+    }
+    // The first unlink (partition 0's oldest segment) fails.
+    fs.set_plan(FaultPlan::FailAt {
+        n: 0,
+        kinds: OpKinds::only(OpKind::Unlink),
+    });
+    let report = log.run_maintenance(strata::now_ms()).unwrap();
+    assert_eq!(report.failures.len(), 1, "{report:?}");
+    assert_eq!(report.failures[0].0, 0, "partition 0 failed");
+    assert!(
+        log.low_water_mark(1).unwrap() > 0,
+        "partition 1 was still maintained"
+    );
+    assert_eq!(
+        log.low_water_mark(0).unwrap(),
+        0,
+        "nothing ran ahead of the disk"
+    );
+    let status = log.maintenance_status();
+    assert_eq!((status.passes, status.failures), (1, 1));
+    // The next pass retries partition 0.
+    let report = log.run_maintenance(strata::now_ms()).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert!(log.low_water_mark(0).unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_held_after_retention_pin_their_segment_and_say_how_much() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let options = LogOptions {
+        segment_bytes: 4096,
+        retention: RetentionPolicy {
+            max_bytes: Some(4096),
+            max_age: None,
+        },
+        ..LogOptions::default()
+    };
+    let log = store.open_log("pins", 1, options).unwrap();
+    for _ in 0..12 {
+        log.append(0, vec![NewRecord::value(1, Bytes::from(vec![3u8; 900]))])
+            .await
+            .unwrap();
+    }
+    let held = log.read(0, 0, 1 << 20).unwrap().records;
+    assert!(!held.is_empty());
+    let deleted = log.apply_retention(strata::now_ms()).unwrap();
+    assert!(deleted.bytes_deleted > 0);
+    let pinned = log.stats()[0].pinned_bytes;
+    assert!(pinned > 0 && pinned <= deleted.bytes_deleted, "{pinned}");
+    assert_eq!(log.pinned_bytes(), pinned);
+    assert_eq!(
+        held[0].value.as_deref(),
+        Some(&[3u8; 900][..]),
+        "still readable"
+    );
+    drop(held);
+    assert_eq!(
+        log.stats()[0].pinned_bytes,
+        0,
+        "dropping the records frees the space"
+    );
+}

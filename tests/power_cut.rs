@@ -12,10 +12,12 @@
 //! [`FaultFs`]: strata::fs::FaultFs
 
 mod power_cut {
+    pub mod coordination_paths;
     pub mod harness;
     pub mod log_paths;
 }
 
+use power_cut::coordination_paths::Coordination;
 use power_cut::harness::{explore, fail_each_operation, fill_disk};
 use power_cut::log_paths::{Appends, Compaction, Manifest, Retention};
 use strata::fs::OpKinds;
@@ -54,5 +56,18 @@ fn log_paths_recover_once_a_full_disk_has_space_again() {
         fill_disk(&Appends, budget);
         fill_disk(&Retention, budget);
         fill_disk(&Compaction, budget);
+    }
+}
+
+#[test]
+fn coordination_epochs_leases_and_compaction_survive_every_power_cut() {
+    explore(&Coordination, OpKinds::SYNC_RENAME_UNLINK);
+}
+
+#[test]
+fn coordination_answers_each_failed_operation_and_recovers_from_a_full_disk() {
+    fail_each_operation(&Coordination, 2);
+    for budget in [4 << 10, 64 << 10, 1 << 20] {
+        fill_disk(&Coordination, budget);
     }
 }

@@ -16,5 +16,6 @@ pub use record::{
 };
 pub use seam::CoordinationTransport;
 pub use transport::{
-    DiskCoordination, DiskCoordinationTransport, COORDINATION_LOG, DEFAULT_COORDINATION_PARTITIONS,
+    coordination_log_options, DiskCoordination, DiskCoordinationTransport, COORDINATION_LOG,
+    COORDINATION_MAINTENANCE, DEFAULT_COORDINATION_PARTITIONS,
 };

@@ -24,7 +24,7 @@ use super::record::{
 use super::seam::CoordinationTransport;
 use crate::error::{StoreError, StoreResult};
 use crate::event_log::{DiskEventLog, MetadataEventLog, MetadataLogError};
-use crate::log::{Log, LogOptions};
+use crate::log::{CompactionPolicy, Log, LogOptions};
 use crate::segment::NewRecord;
 use crate::store::Store;
 
@@ -32,6 +32,27 @@ use crate::store::Store;
 pub const COORDINATION_LOG: &str = "__coordination";
 /// Partitions of the internal log when it is first created.
 pub const DEFAULT_COORDINATION_PARTITIONS: u32 = 16;
+
+/// How often the coordination log is compacted in the background.
+pub const COORDINATION_MAINTENANCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Options of the internal log. It is keyed compacted (every record's key is its role, kind
+/// and member), so it keeps the latest epoch and lease of each role and the latest registration
+/// of each member instead of every renewal ever written; no tombstone is ever written for an
+/// epoch, so the largest token of each role survives every pass and epochs keep increasing
+/// across restarts.
+pub fn coordination_log_options() -> LogOptions {
+    LogOptions {
+        segment_bytes: 1 << 20,
+        compaction: CompactionPolicy {
+            enabled: true,
+            min_cleanable_ratio: 0.5,
+            ..CompactionPolicy::default()
+        },
+        maintenance_interval: Some(COORDINATION_MAINTENANCE),
+        ..LogOptions::default()
+    }
+}
 
 #[derive(Debug, Default)]
 struct Epochs {
@@ -88,7 +109,7 @@ impl DiskCoordination {
                 .into_iter()
                 .find(|l| l.name == COORDINATION_LOG);
             let partitions = existing.map_or(partitions, |l| l.partitions);
-            let log = store.open_log(COORDINATION_LOG, partitions, LogOptions::default())?;
+            let log = store.open_log(COORDINATION_LOG, partitions, coordination_log_options())?;
             let mut epochs = Epochs::default();
             for p in 0..log.partition_count() {
                 log.for_each_record(p, 0, |r| {

@@ -45,10 +45,23 @@ impl From<StoreError> for MetadataLogError {
             StoreError::PartitionOutOfRange { partition, count } => {
                 MetadataLogError::PartitionOutOfRange { partition, count }
             }
-            StoreError::Encode(e) => MetadataLogError::Publish(e.to_string()),
-            StoreError::Poisoned { .. } => MetadataLogError::Publish(e.to_string()),
             other => MetadataLogError::Other(other.to_string()),
         }
+    }
+}
+
+/// The error of a failed append. An append is all or nothing, so every refusal and every
+/// write failure (a full disk included) is `Publish`: nothing was appended. A failed sync is
+/// not: the records were written and may or may not be durable (and may be delivered), so it
+/// is `Other`, saying so.
+fn publish_error(e: StoreError) -> MetadataLogError {
+    match e {
+        StoreError::Encode(_)
+        | StoreError::NoSpace { .. }
+        | StoreError::Io { .. }
+        | StoreError::Rejected
+        | StoreError::Invalid(_) => MetadataLogError::Publish(e.to_string()),
+        other => other.into(),
     }
 }
 
@@ -81,7 +94,11 @@ impl DiskEventLog {
 
     async fn append_one(&self, partition: i32, record: NewRecord) -> Result<i64, MetadataLogError> {
         let partition = self.partition(partition)?;
-        let (first, _) = self.log.append(partition, vec![record]).await?;
+        let (first, _) = self
+            .log
+            .append(partition, vec![record])
+            .await
+            .map_err(publish_error)?;
         Ok(first)
     }
 
@@ -152,7 +169,7 @@ impl MetadataEventLog for DiskEventLog {
                 )
             })
             .collect();
-        let ranges = self.log.append_many(items).await?;
+        let ranges = self.log.append_many(items).await.map_err(publish_error)?;
         Ok(ranges.into_iter().map(|(first, _)| first).collect())
     }
 

@@ -43,6 +43,9 @@ pub struct PartitionStats {
     pub segments: usize,
     /// Bytes in segment files.
     pub bytes: u64,
+    /// Bytes of deleted segments still mapped because records read from them are alive (their
+    /// disk space is freed when the last such record is dropped; copy records you keep long).
+    pub pinned_bytes: u64,
 }
 
 /// Who may remove records of a log.
@@ -74,7 +77,6 @@ pub(crate) struct LogInner {
     options: LogOptions,
     /// True when only the owning layer may remove records.
     owned: bool,
-    pins: Arc<PinCounter>,
     maintenance_status: Mutex<MaintenanceStatus>,
     partitions: Vec<Arc<Partition>>,
     commands: Mutex<Option<Sender<Command>>>,
@@ -119,11 +121,11 @@ impl Log {
             owner,
             lock,
         } = setup;
-        let pins = Arc::new(PinCounter::default());
         let mut shared = Vec::with_capacity(partitions as usize);
         let mut writers = Vec::with_capacity(partitions as usize);
         let mut recovery = Vec::with_capacity(partitions as usize);
         for id in 0..partitions {
+            let pins = Arc::new(PinCounter::default());
             let (partition, active, report) =
                 Partition::open(&fs, dir.join(id.to_string()), id, &options, &pins)?;
             let partition = Arc::new(partition);
@@ -140,7 +142,6 @@ impl Log {
             options.clone(),
             commits.clone(),
             sync_rounds.clone(),
-            pins.clone(),
         );
         let handle = std::thread::Builder::new()
             .name(format!("strata-writer-{name}"))
@@ -151,7 +152,6 @@ impl Log {
             dir,
             options,
             owned: owner == LogOwner::Layer,
-            pins,
             maintenance_status: Mutex::new(MaintenanceStatus::default()),
             partitions: shared,
             commands: Mutex::new(Some(tx)),
@@ -198,7 +198,11 @@ impl Log {
     /// Bytes of deleted segments that records handed out by reads still hold mapped (their
     /// disk space is freed once the last such record is dropped).
     pub fn pinned_bytes(&self) -> u64 {
-        self.inner.pins.pinned_bytes()
+        self.inner
+            .partitions
+            .iter()
+            .map(|p| p.pins.pinned_bytes())
+            .sum()
     }
 
     /// Name of the log.
@@ -396,6 +400,7 @@ impl Log {
                     high_water_mark: p.high_water_mark(),
                     segments: view.sealed.len() + 1,
                     bytes: sealed + view.active.committed_len(),
+                    pinned_bytes: p.pins.pinned_bytes(),
                 }
             })
             .collect()

@@ -24,7 +24,7 @@ use super::request::{check_items, encode_request, EncodedRequest, Items, OffsetR
 use crate::error::{StoreError, StoreResult};
 use crate::fs::{remove_if_present, sync_dir, write_file, Fs};
 use crate::segment::{
-    index_file_name, segment_file_name, PinCounter, SealedSegment, SegmentWriter, WriterMark,
+    index_file_name, segment_file_name, SealedSegment, SegmentWriter, WriterMark,
 };
 
 /// Computes the items of a conditional append on the writer thread; `None` rejects the append.
@@ -108,7 +108,6 @@ pub(crate) struct Writer {
     options: LogOptions,
     commits: watch::Sender<u64>,
     sync_rounds: Arc<AtomicU64>,
-    pins: Arc<PinCounter>,
     last_sync: Instant,
 }
 
@@ -126,7 +125,6 @@ impl Writer {
         options: LogOptions,
         commits: watch::Sender<u64>,
         sync_rounds: Arc<AtomicU64>,
-        pins: Arc<PinCounter>,
     ) -> Self {
         let partitions = partitions
             .into_iter()
@@ -146,7 +144,6 @@ impl Writer {
             options,
             commits,
             sync_rounds,
-            pins,
             last_sync: Instant::now(),
         }
     }
@@ -369,7 +366,7 @@ impl Writer {
             p.active.path(),
             &**p.active.file(),
             index,
-            self.pins.clone(),
+            p.shared.pins.clone(),
         )?;
         let next = p.next_offset;
         let new_path = p.shared.dir.join(segment_file_name(next));
