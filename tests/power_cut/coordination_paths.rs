@@ -46,7 +46,7 @@ impl Coordination {
         let r = role(i);
         let name = r.as_str().to_string();
         let token = match held.get(&name) {
-            Some(t) if i % 5 != 0 => *t,
+            Some(t) if !i.is_multiple_of(5) => *t,
             _ => match rt.block_on(transport.acquire_epoch(&r)) {
                 Ok(t) => {
                     acks.tokens.entry(name.clone()).or_default().push(t);
