@@ -35,6 +35,7 @@
 
 #![deny(missing_docs)]
 
+pub mod blocking;
 pub mod cold;
 pub mod coordination;
 pub mod error;

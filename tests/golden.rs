@@ -422,6 +422,7 @@ mod group_state {
             total_setsum: "00".repeat(32),
             total_records: 2,
             visible_snapshot: None,
+            snapshot_changed: false,
             append_count: 2,
             cold_chunks: vec![ColdChunkRef {
                 start_offset: 0,
@@ -461,6 +462,38 @@ mod group_state {
                 ..stream.clone()
             }
         );
+        // Format version 2: a checkpoint's payload is not in the row (it has its own family).
+        let with_checkpoint = StreamRow {
+            visible_snapshot: Some(ursula_stream::StreamVisibleSnapshot {
+                offset: 4096,
+                content_type: "text/plain".into(),
+                payload: b"checkpoint bytes".to_vec(),
+                digest: "ab".repeat(32),
+            }),
+            cold_chunks: Vec::new(),
+            ..stream.clone()
+        };
+        let b = vector(
+            "group_stream_row_v2_checkpoint.json.bin",
+            &encode_row(&with_checkpoint).unwrap(),
+        );
+        let json: serde_json::Value = serde_json::from_slice(&b[1..]).unwrap();
+        assert_eq!(json["visible_snapshot"]["offset"], 4096);
+        assert_eq!(json["visible_snapshot"]["content_type"], "text/plain");
+        assert!(
+            json["visible_snapshot"].get("payload").is_none(),
+            "no payload in the row"
+        );
+        let decoded: StreamRow = decode_row("stream", &b).unwrap();
+        assert!(decoded.visible_snapshot.unwrap().payload.is_empty());
+        // A version 1 row kept the payload inline; it still decodes (and is moved at open).
+        let mut v1 = json.clone();
+        v1["visible_snapshot"]["payload"] = serde_json::json!(b"old".to_vec());
+        let mut v1_bytes = vec![1u8];
+        v1_bytes.extend(serde_json::to_vec(&v1).unwrap());
+        let decoded: StreamRow = decode_row("stream", &v1_bytes).unwrap();
+        assert_eq!(decoded.visible_snapshot.unwrap().payload, b"old");
+
         let chunk = vector(
             "group_cold_chunk_row_v1.json.bin",
             &encode_row(&stream.cold_chunks[0]).unwrap(),

@@ -630,19 +630,20 @@ async fn differential(seed: u64, steps: usize, reopen_every: usize, ids: Vec<Buc
     let ga = strata.plan_cold_gc(1000, p).await.expect("gc");
     let gb = oracle.plan_cold_gc(1000, p).await.expect("gc");
     // Strata also queues the exclusive chunks that retention drops (ursula 0.4.1 leaves them
-    // until the stream is deleted), and orders the streams one purge removes by id (ursula by
-    // slot); apart from that the queues agree, shared pack objects released included.
+    // until the stream is deleted), and for a deleted stream it queues the exact paths of its
+    // objects where ursula queues the whole stream (whose prefix its runtime then deletes, taking
+    // the objects of a stream recreated under the same id with it). So the queues are compared on
+    // what both queue alike: the shared pack objects released, in order.
     let streams_only = |q: Vec<ursula_stream::ColdGcEntry>| {
         q.into_iter()
             .map(|e| e.target)
             .filter_map(|t| match t {
-                ursula_stream::ColdGcTarget::Stream(id) => Some(id.to_string()),
                 ursula_stream::ColdGcTarget::Paths(paths)
                     if paths.iter().all(|p| p.starts_with("_packs/")) =>
                 {
                     Some(paths.join(","))
                 }
-                ursula_stream::ColdGcTarget::Paths(_) => None,
+                _ => None,
             })
             .collect::<Vec<_>>()
     };

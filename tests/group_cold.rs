@@ -13,7 +13,7 @@ use bytes::Bytes;
 use object_store::aws::AmazonS3Builder;
 use object_store::RetryConfig;
 use strata::cold::{ColdStore, S3Config};
-use strata::group::{cold_chunk_prefix, DiskGroupEngine, GroupOptions};
+use strata::group::{DiskGroupEngine, GroupOptions};
 use strata::{LogOptions, Store};
 use ursula_runtime::{
     AppendRequest, ColdWriteAdmission, CreateStreamRequest, DeleteStreamRequest, FlushColdRequest,
@@ -38,6 +38,8 @@ fn options() -> GroupOptions {
             segment_bytes: 4096,
             ..LogOptions::default()
         },
+        // These tests sweep right after uploading; the grace period has its own test.
+        orphan_grace: std::time::Duration::ZERO,
         ..GroupOptions::default()
     }
 }
@@ -169,7 +171,7 @@ async fn lifecycle(dir: &Path, cold: impl Fn() -> ColdStore) {
     );
     let objects = engine
         .cold_store()
-        .list(&cold_chunk_prefix(&id))
+        .list(&engine.cold_namespace().stream_prefix(&id))
         .await
         .expect("list")
         .len();
@@ -199,7 +201,7 @@ async fn lifecycle(dir: &Path, cold: impl Fn() -> ColdStore) {
     assert!(engine.plan_cold_gc(10, p).await.expect("plan").is_empty());
     let objects_now = engine
         .cold_store()
-        .list(&cold_chunk_prefix(&id))
+        .list(&engine.cold_namespace().stream_prefix(&id))
         .await
         .expect("list")
         .len();
@@ -220,7 +222,7 @@ async fn lifecycle(dir: &Path, cold: impl Fn() -> ColdStore) {
     assert_eq!(report.entries, 1);
     assert!(engine
         .cold_store()
-        .list(&cold_chunk_prefix(&id))
+        .list(&engine.cold_namespace().stream_prefix(&id))
         .await
         .expect("list")
         .is_empty());
@@ -373,7 +375,7 @@ async fn object_store_failures_mid_flush_lose_nothing_and_reference_nothing_twic
     assert_eq!(
         engine
             .cold_store()
-            .list(&cold_chunk_prefix(&id))
+            .list(&engine.cold_namespace().stream_prefix(&id))
             .await
             .expect("list")
             .len(),
@@ -387,7 +389,7 @@ async fn object_store_failures_mid_flush_lose_nothing_and_reference_nothing_twic
     assert_eq!(
         engine
             .cold_store()
-            .list(&cold_chunk_prefix(&id))
+            .list(&engine.cold_namespace().stream_prefix(&id))
             .await
             .expect("list"),
         vec![chunks[0].s3_path.clone()]
@@ -453,7 +455,7 @@ async fn damaged_and_missing_cold_objects_are_reported_with_their_path() {
 
     let objects = engine
         .cold_store()
-        .list(&cold_chunk_prefix(&id))
+        .list(&engine.cold_namespace().stream_prefix(&id))
         .await
         .expect("list");
     let mut sorted = objects.clone();
@@ -610,4 +612,132 @@ fn kill_9_during_flush_compaction_and_gc_loses_nothing() {
         assert!(engine.verify().await.is_clean());
         assert_eq!(read_all(&mut engine, &id, 0, 4).await, bytes);
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_spares_young_uploads_and_flush_refuses_a_missing_object() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = placement();
+    let store = Arc::new(Store::open(dir.path()).expect("store"));
+    let cold = ColdStore::local(&dir.path().join("cold")).expect("cold");
+    let graceful = GroupOptions {
+        orphan_grace: std::time::Duration::from_secs(3600),
+        ..options()
+    };
+    let mut engine = DiskGroupEngine::open(&store, "cold", cold, graceful).expect("engine");
+    let id = BucketStreamId::new("tenant", "events");
+    create_stream(&mut engine, &id).await;
+    let mut model = Vec::new();
+    append_many(&mut engine, &id, &mut model, 20, 2).await;
+    let plan = PlanColdFlushRequest {
+        stream_id: id.clone(),
+        min_hot_bytes: 1,
+        max_flush_bytes: 4000,
+    };
+    let candidate = engine
+        .plan_cold_flush(plan, p)
+        .await
+        .expect("plan")
+        .expect("a candidate");
+    // An upload whose commit has not come yet (a runtime uploads, then calls flush_cold): the
+    // sweep must leave it alone, so the commit that follows finds its object.
+    let chunk = engine.upload_candidate(&candidate).await.expect("upload");
+    assert_eq!(
+        engine.sweep_orphan_objects().await.expect("sweep"),
+        0,
+        "too young to sweep"
+    );
+    let flushed = FlushColdRequest {
+        stream_id: id.clone(),
+        chunk: chunk.clone(),
+    };
+    engine
+        .flush_cold(flushed, p)
+        .await
+        .expect("the commit finds its object");
+    assert_eq!(read_all(&mut engine, &id, 0, 3).await, model);
+    // A commit that names an object nobody uploaded is refused, and changes nothing.
+    let commit = engine.commit_index();
+    let next = engine
+        .plan_cold_flush(
+            PlanColdFlushRequest {
+                stream_id: id.clone(),
+                min_hot_bytes: 1,
+                max_flush_bytes: 4000,
+            },
+            p,
+        )
+        .await
+        .expect("plan")
+        .expect("a candidate");
+    let missing = ursula_stream::ColdChunkRef {
+        start_offset: next.start_offset,
+        end_offset: next.end_offset,
+        s3_path: format!(
+            "{}never-uploaded.sco",
+            engine.cold_namespace().stream_prefix(&id)
+        ),
+        object_size: next.payload.len() as u64,
+        object_offset: 0,
+        shared_object: false,
+        payload_digest: next.payload_digest.clone(),
+    };
+    let refused = engine
+        .flush_cold(
+            FlushColdRequest {
+                stream_id: id.clone(),
+                chunk: missing,
+            },
+            p,
+        )
+        .await;
+    assert_eq!(
+        refused.err().and_then(|e| e.code()),
+        Some(StreamErrorCode::InvalidColdFlush)
+    );
+    assert_eq!(engine.commit_index(), commit);
+    assert_eq!(read_all(&mut engine, &id, 0, 3).await, model);
+    close(store, engine);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_whose_names_nest_keep_their_objects_apart() {
+    // `tenant/a` and, with affinity key `a`, stream `chunks` of bucket `tenant` used to share
+    // the prefix `tenant/a/chunks/`: deleting one and collecting its objects took the other's.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = placement();
+    let (store, mut engine) = open(
+        dir.path(),
+        ColdStore::local(&dir.path().join("cold")).unwrap(),
+    );
+    let a = BucketStreamId::new("tenant", "a");
+    let nested = BucketStreamId::with_affinity("tenant", "a", "chunks");
+    let mut models = Vec::new();
+    for id in [&a, &nested] {
+        create_stream(&mut engine, id).await;
+        let mut model = Vec::new();
+        append_many(&mut engine, id, &mut model, 30, 2).await;
+        while engine
+            .flush_stream_cold(id, 3000, p)
+            .await
+            .expect("flush")
+            .is_some()
+        {}
+        models.push(model);
+    }
+    engine
+        .delete_stream(
+            DeleteStreamRequest {
+                stream_id: a.clone(),
+            },
+            p,
+        )
+        .await
+        .expect("delete");
+    let report = engine.run_cold_gc(u64::MAX, 64, p).await.expect("gc");
+    assert!(report.objects > 0, "a's objects were collected");
+    assert_eq!(engine.sweep_orphan_objects().await.expect("sweep"), 0);
+    assert_eq!(read_all(&mut engine, &nested, 0, 3).await, models[1]);
+    assert!(engine.verify().await.is_clean());
+    close(store, engine);
 }

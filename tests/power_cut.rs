@@ -13,11 +13,13 @@
 
 mod power_cut {
     pub mod coordination_paths;
+    pub mod group_paths;
     pub mod harness;
     pub mod log_paths;
 }
 
 use power_cut::coordination_paths::Coordination;
+use power_cut::group_paths::Group;
 use power_cut::harness::{explore, fail_each_operation, fill_disk};
 use power_cut::log_paths::{Appends, Compaction, Manifest, Retention};
 use strata::fs::OpKinds;
@@ -69,5 +71,18 @@ fn coordination_answers_each_failed_operation_and_recovers_from_a_full_disk() {
     fail_each_operation(&Coordination, 2);
     for budget in [4 << 10, 64 << 10, 1 << 20] {
         fill_disk(&Coordination, budget);
+    }
+}
+
+#[test]
+fn group_commands_and_the_cold_tier_survive_every_power_cut() {
+    explore(&Group, OpKinds::SYNC_RENAME_UNLINK);
+}
+
+#[test]
+fn group_commands_answer_each_failed_operation_and_recover_from_a_full_disk() {
+    fail_each_operation(&Group, 3);
+    for budget in [8 << 10, 64 << 10, 512 << 10] {
+        fill_disk(&Group, budget);
     }
 }

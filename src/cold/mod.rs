@@ -3,16 +3,20 @@
 
 #[cfg(feature = "ursula")]
 mod cache;
+#[cfg(feature = "ursula")]
+mod local;
 mod object;
 #[cfg(feature = "ursula")]
 mod store;
 
+#[cfg(feature = "ursula")]
+pub use local::TMP_MARK;
 pub use object::{
     decode_cold_object, encode_cold_object, COLD_OBJECT_HEADER_LEN, COLD_OBJECT_MAGIC,
     COLD_OBJECT_SUFFIX, COLD_OBJECT_VERSION,
 };
 #[cfg(feature = "ursula")]
-pub use store::{ColdStore, S3Config, COLD_CACHE_BYTES};
+pub use store::{ColdStore, S3Config, UploadGuard, COLD_CACHE_BYTES};
 
 /// Errors of the cold tier.
 #[derive(Debug, thiserror::Error)]

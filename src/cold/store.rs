@@ -1,5 +1,7 @@
-//! The object store behind the cold tier: a local directory or any S3-compatible endpoint.
+//! The object store behind the cold tier: a local directory (through Strata's file layer, every
+//! object durable before `put` returns) or any `object_store` backend (S3-compatible endpoints).
 
+use std::collections::HashSet;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -7,19 +9,47 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
-use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::cache::ObjectCache;
+use super::local::{off_executor, LocalDir};
 use super::{decode_cold_object, ColdError, COLD_OBJECT_SUFFIX};
+use crate::fs::{Fs, RealFs};
+
+/// Where the objects are.
+#[derive(Clone)]
+enum Backend {
+    /// A local directory through the file layer.
+    Local(LocalDir),
+    /// Any object store.
+    Remote(Arc<dyn ObjectStore>),
+}
 
 /// A handle on the object store that holds cold objects (cheap to clone).
 #[derive(Clone)]
 pub struct ColdStore {
-    store: Arc<dyn ObjectStore>,
+    backend: Backend,
     description: String,
     cache: Arc<Mutex<ObjectCache>>,
+    /// Objects whose upload began and has not ended: the orphan sweep leaves them alone.
+    uploading: Arc<Mutex<HashSet<String>>>,
+}
+
+/// An upload in flight, registered with its [`ColdStore`] until dropped.
+#[derive(Debug)]
+pub struct UploadGuard {
+    path: String,
+    uploading: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Drop for UploadGuard {
+    fn drop(&mut self) {
+        self.uploading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.path);
+    }
 }
 
 /// Decoded bytes the object cache of a [`ColdStore`] holds at most.
@@ -51,24 +81,31 @@ pub struct S3Config {
 }
 
 impl ColdStore {
-    /// Wraps any object store.
-    pub fn new(store: Arc<dyn ObjectStore>, description: impl Into<String>) -> Self {
+    fn with_backend(backend: Backend, description: String) -> Self {
         Self {
-            store,
-            description: description.into(),
+            backend,
+            description,
             cache: Arc::new(Mutex::new(ObjectCache::new(COLD_CACHE_BYTES))),
+            uploading: Arc::new(Mutex::new(HashSet::new())),
         }
     }
 
-    /// A local-filesystem cold store rooted at `dir` (created when absent).
+    /// Wraps any object store.
+    pub fn new(store: Arc<dyn ObjectStore>, description: impl Into<String>) -> Self {
+        Self::with_backend(Backend::Remote(store), description.into())
+    }
+
+    /// A local-directory cold store rooted at `dir` (created when absent) on the real file
+    /// system; every object is durable before `put` returns.
     pub fn local(dir: &Path) -> Result<Self, ColdError> {
-        std::fs::create_dir_all(dir).map_err(|source| ColdError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
-        let store = LocalFileSystem::new_with_prefix(dir)?;
-        Ok(Self::new(
-            Arc::new(store),
+        Self::local_with_fs(RealFs::shared(), dir)
+    }
+
+    /// A local-directory cold store rooted at `dir` through the file layer `fs`.
+    pub fn local_with_fs(fs: Fs, dir: &Path) -> Result<Self, ColdError> {
+        let local = LocalDir::open(fs, dir)?;
+        Ok(Self::with_backend(
+            Backend::Local(local),
             format!("file://{}", dir.display()),
         ))
     }
@@ -96,7 +133,7 @@ impl ColdStore {
         ))
     }
 
-    /// Opens a cold store by URL: `file:///abs/dir`, or `s3://bucket?endpoint=http://host:port`
+    /// Opens a cold store by URL: `file:///abs/dir` (a local store on the real file system), or `s3://bucket?endpoint=http://host:port`
     /// (credentials and region from `access_key_id`, `secret_access_key`, `region` query
     /// parameters or the usual AWS environment variables; `allow_http=true` for plain HTTP).
     pub fn from_url(url: &str) -> Result<Self, ColdError> {
@@ -143,46 +180,113 @@ impl ColdStore {
         &self.description
     }
 
-    /// Writes an object.
+    /// Registers an upload of `path` as in flight until the guard is dropped (see
+    /// [`ColdStore::is_uploading`]).
+    pub fn begin_upload(&self, path: &str) -> UploadGuard {
+        self.uploading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path.to_string());
+        UploadGuard {
+            path: path.to_string(),
+            uploading: self.uploading.clone(),
+        }
+    }
+
+    /// True while an upload of `path` through this store (or a clone) is in flight.
+    pub fn is_uploading(&self, path: &str) -> bool {
+        self.uploading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(path)
+    }
+
+    /// Writes an object (durably, for the local store).
     pub async fn put(&self, path: &str, bytes: Bytes) -> Result<(), ColdError> {
-        self.store
-            .put(&ObjectPath::from(path), PutPayload::from_bytes(bytes))
-            .await?;
-        Ok(())
+        match &self.backend {
+            Backend::Local(local) => {
+                let (local, path) = (local.clone(), path.to_string());
+                off_executor(move || local.put(&path, &bytes)).await
+            }
+            Backend::Remote(store) => {
+                store
+                    .put(&ObjectPath::from(path), PutPayload::from_bytes(bytes))
+                    .await?;
+                Ok(())
+            }
+        }
     }
 
     /// Reads a whole object.
     pub async fn get(&self, path: &str) -> Result<Bytes, ColdError> {
-        Ok(self
-            .store
-            .get(&ObjectPath::from(path))
-            .await?
-            .bytes()
-            .await?)
+        match &self.backend {
+            Backend::Local(local) => {
+                let (local, path) = (local.clone(), path.to_string());
+                off_executor(move || local.get(&path)).await
+            }
+            Backend::Remote(store) => Ok(store.get(&ObjectPath::from(path)).await?.bytes().await?),
+        }
     }
 
     /// Reads a byte range of an object.
     pub async fn get_range(&self, path: &str, range: Range<u64>) -> Result<Bytes, ColdError> {
-        Ok(self.store.get_range(&ObjectPath::from(path), range).await?)
+        match &self.backend {
+            Backend::Local(local) => {
+                let (local, path) = (local.clone(), path.to_string());
+                off_executor(move || local.get_range(&path, range)).await
+            }
+            Backend::Remote(store) => Ok(store.get_range(&ObjectPath::from(path), range).await?),
+        }
     }
 
-    /// Deletes an object; deleting an absent object succeeds (GC is idempotent).
+    /// The size of object `path`, or `None` when it does not exist.
+    pub async fn size(&self, path: &str) -> Result<Option<u64>, ColdError> {
+        match &self.backend {
+            Backend::Local(local) => {
+                let (local, path) = (local.clone(), path.to_string());
+                off_executor(move || local.size(&path)).await
+            }
+            Backend::Remote(store) => match store.head(&ObjectPath::from(path)).await {
+                Ok(meta) => Ok(Some(meta.size)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            },
+        }
+    }
+
+    /// Deletes an object (durably, for the local store); deleting an absent object succeeds
+    /// (GC is idempotent).
     pub async fn delete(&self, path: &str) -> Result<(), ColdError> {
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(path);
-        match self.store.delete(&ObjectPath::from(path)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+        match &self.backend {
+            Backend::Local(local) => {
+                let (local, path) = (local.clone(), path.to_string());
+                off_executor(move || local.delete(&path)).await
+            }
+            Backend::Remote(store) => match store.delete(&ObjectPath::from(path)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e.into()),
+            },
         }
     }
 
-    /// Paths of every object under `prefix`.
+    /// Paths of every object under `prefix` (a local store lists leftover temporary files of
+    /// interrupted uploads too).
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>, ColdError> {
-        let prefix = ObjectPath::from(prefix);
-        let metas: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
-        Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
+        match &self.backend {
+            Backend::Local(local) => {
+                let (local, prefix) = (local.clone(), prefix.to_string());
+                off_executor(move || local.list(&prefix)).await
+            }
+            Backend::Remote(store) => {
+                let prefix = ObjectPath::from(prefix);
+                let metas: Vec<_> = store.list(Some(&prefix)).try_collect().await?;
+                Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
+            }
+        }
     }
 
     /// The decoded bytes of the Strata object at `path`, from the cache or the store (the cache

@@ -144,6 +144,7 @@ impl DiskGroupEngine {
                     payload: request.payload.to_vec(),
                     digest: digest.clone(),
                 });
+                row.snapshot_changed = true;
             }
             self.save_stream(&mut tx, &id);
             Ok((offset, digest, true))

@@ -12,8 +12,9 @@ use ursula_runtime::{
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{ColdChunkRef, ColdFlushCandidate, ColdGcTarget};
 
+use super::cold_paths::{created_at_ms, is_sweepable};
 use super::{not_found, DiskGroupEngine, GroupError};
-use crate::cold::{encode_cold_object, COLD_OBJECT_SUFFIX};
+use crate::cold::{encode_cold_object, UploadGuard, COLD_OBJECT_SUFFIX};
 
 /// What a GC pass reclaimed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,20 +31,10 @@ fn compactable(chunk: &ColdChunkRef, small_bytes: u64) -> bool {
     len < small_bytes && !chunk.shared_object && chunk.object_size == len
 }
 
-/// The prefix under which every cold object of a stream lives (`{stream}/chunks/`).
-pub fn cold_chunk_prefix(id: &BucketStreamId) -> String {
+/// Where objects of `id` lived before cold names were namespaced (`{stream}/chunks/`); only a
+/// queued whole-stream GC entry of an older database still points there.
+fn legacy_chunk_prefix(id: &BucketStreamId) -> String {
     format!("{id}/chunks/")
-}
-
-/// A fresh, unique path for a Strata cold object covering `[start, end)` of `id`.
-pub fn new_cold_object_path(id: &BucketStreamId, start: u64, end: u64) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-    format!("{id}/chunks/{start:016x}-{end:016x}-{nanos:032x}-{seq:016x}{COLD_OBJECT_SUFFIX}")
 }
 
 impl DiskGroupEngine {
@@ -57,6 +48,18 @@ impl DiskGroupEngine {
         max_bytes: usize,
         placement: ShardPlacement,
     ) -> Result<Option<u64>, GroupEngineError> {
+        self.begin()?;
+        let result = self.flush_stream_cold_steps(id, max_bytes, placement).await;
+        self.end();
+        result
+    }
+
+    async fn flush_stream_cold_steps(
+        &mut self,
+        id: &BucketStreamId,
+        max_bytes: usize,
+        placement: ShardPlacement,
+    ) -> Result<Option<u64>, GroupEngineError> {
         let Some(candidate) = self.plan_cold_flush_inner(PlanColdFlushRequest {
             stream_id: id.clone(),
             min_hot_bytes: 1,
@@ -65,7 +68,8 @@ impl DiskGroupEngine {
         else {
             return Ok(None);
         };
-        let chunk = self.upload_candidate(&candidate).await?;
+        let (chunk, _in_flight) = self.upload_tracked(&candidate).await?;
+        self.check_object(&chunk).await?;
         let response = self.flush_cold_inner(
             FlushColdRequest {
                 stream_id: id.clone(),
@@ -77,24 +81,62 @@ impl DiskGroupEngine {
         Ok(Some(response.hot_start_offset))
     }
 
+    /// Refuses to commit a chunk whose object is not in the cold store (or too short for the
+    /// range it claims): a reference must never point at nothing.
+    pub(crate) async fn check_object(&self, chunk: &ColdChunkRef) -> Result<(), GroupEngineError> {
+        let size = self
+            .cold
+            .size(&chunk.s3_path)
+            .await
+            .map_err(GroupError::from)?;
+        let needed = if chunk.s3_path.ends_with(COLD_OBJECT_SUFFIX) {
+            1
+        } else {
+            chunk.object_offset + (chunk.end_offset - chunk.start_offset)
+        };
+        match size {
+            Some(size) if size >= needed => Ok(()),
+            found => Err(GroupEngineError::stream(
+                ursula_stream::StreamErrorCode::InvalidColdFlush,
+                format!(
+                    "cold object {} is {} (needs {needed} bytes)",
+                    chunk.s3_path,
+                    found.map_or("missing".to_string(), |s| format!("{s} bytes"))
+                ),
+            )),
+        }
+    }
+
     /// Uploads a candidate as a Strata cold object and returns its chunk reference
-    /// (`object_size` of a Strata object is the decoded length: format/COLD_OBJECT.md).
+    /// (`object_size` of a Strata object is the decoded length: format/COLD_OBJECT.md). Until
+    /// `flush_cold` references it, the object is protected from the orphan sweep only by the
+    /// sweep's grace period ([`super::GroupOptions::orphan_grace`]).
     pub async fn upload_candidate(
         &self,
         candidate: &ColdFlushCandidate,
     ) -> Result<ColdChunkRef, GroupEngineError> {
+        Ok(self.upload_tracked(candidate).await?.0)
+    }
+
+    /// Uploads a candidate, keeping it registered as in flight (the sweep skips it) until the
+    /// returned guard is dropped.
+    async fn upload_tracked(
+        &self,
+        candidate: &ColdFlushCandidate,
+    ) -> Result<(ColdChunkRef, UploadGuard), GroupEngineError> {
         let object = encode_cold_object(&candidate.payload, self.options.cold_zstd_level)
             .map_err(GroupError::from)?;
-        let path = new_cold_object_path(
+        let path = self.cold_ns.new_object_path(
             &candidate.stream_id,
             candidate.start_offset,
             candidate.end_offset,
         );
+        let guard = self.cold.begin_upload(&path);
         self.cold
             .put(&path, object)
             .await
             .map_err(GroupError::from)?;
-        Ok(ColdChunkRef {
+        let chunk = ColdChunkRef {
             start_offset: candidate.start_offset,
             end_offset: candidate.end_offset,
             s3_path: path,
@@ -102,12 +144,29 @@ impl DiskGroupEngine {
             object_offset: 0,
             shared_object: false,
             payload_digest: candidate.payload_digest.clone(),
-        })
+        };
+        Ok((chunk, guard))
     }
 
     /// Merges runs of a stream's cold chunks smaller than `small_bytes` into one object each
     /// (at most `max_inputs` per run) through `compact_cold`. Returns chunks replaced.
     pub async fn compact_stream_cold(
+        &mut self,
+        id: &BucketStreamId,
+        small_bytes: u64,
+        max_inputs: usize,
+        gc_not_before_ms: u64,
+        placement: ShardPlacement,
+    ) -> Result<u64, GroupEngineError> {
+        self.begin()?;
+        let result = self
+            .compact_stream_cold_steps(id, small_bytes, max_inputs, gc_not_before_ms, placement)
+            .await;
+        self.end();
+        result
+    }
+
+    async fn compact_stream_cold_steps(
         &mut self,
         id: &BucketStreamId,
         small_bytes: u64,
@@ -155,7 +214,8 @@ impl DiskGroupEngine {
             payload_digest: blake3::hash(&merged).to_hex().to_string(),
             payload: merged,
         };
-        let mut replacement = self.upload_candidate(&candidate).await?;
+        let (mut replacement, _in_flight) = self.upload_tracked(&candidate).await?;
+        self.check_object(&replacement).await?;
         replacement.object_size = run.iter().map(|c| c.object_size).sum();
         let response = self.compact_cold_inner(
             CompactColdRequest {
@@ -178,6 +238,18 @@ impl DiskGroupEngine {
         max: usize,
         placement: ShardPlacement,
     ) -> Result<ColdGcReport, GroupEngineError> {
+        self.begin()?;
+        let result = self.run_cold_gc_steps(now_ms, max, placement).await;
+        self.end();
+        result
+    }
+
+    async fn run_cold_gc_steps(
+        &mut self,
+        now_ms: u64,
+        max: usize,
+        placement: ShardPlacement,
+    ) -> Result<ColdGcReport, GroupEngineError> {
         let entries = self.plan_cold_gc_inner(max);
         let mut report = ColdGcReport::default();
         let mut acked = None;
@@ -187,8 +259,9 @@ impl DiskGroupEngine {
             }
             match &entry.target {
                 ColdGcTarget::Stream(id) => {
-                    // A stream recreated under the same id owns the prefix again: only delete
-                    // objects it does not reference.
+                    // Only an older database queues whole streams (new ones queue exact
+                    // paths). A stream recreated under the same id owns the prefix again: only
+                    // delete Strata objects it does not reference.
                     let live: Vec<String> = self
                         .state
                         .streams
@@ -197,11 +270,11 @@ impl DiskGroupEngine {
                         .unwrap_or_default();
                     for path in self
                         .cold
-                        .list(&cold_chunk_prefix(id))
+                        .list(&legacy_chunk_prefix(id))
                         .await
                         .map_err(GroupError::from)?
                     {
-                        if !live.contains(&path) {
+                        if path.ends_with(COLD_OBJECT_SUFFIX) && !live.contains(&path) {
                             self.cold.delete(&path).await.map_err(GroupError::from)?;
                             report.objects += 1;
                         }
@@ -223,56 +296,60 @@ impl DiskGroupEngine {
         Ok(report)
     }
 
-    /// Deletes Strata cold objects (`.sco`) under the prefixes of this group's live streams that
-    /// no chunk references: uploads whose commit never happened (a crash or a refused
-    /// `flush_cold` between upload and commit). Safe against in-flight uploads because Strata's
-    /// own upload and commit run inside one `&mut self` call, which this one cannot interleave
-    /// with; objects of other writers (other suffixes) are never touched. Returns objects deleted.
+    /// Deletes this group's orphaned cold objects: Strata objects (and leftover temporary files
+    /// of interrupted uploads) in the group's namespace that no chunk references and no GC
+    /// entry holds, named more than [`super::GroupOptions::orphan_grace`] ago, and not being
+    /// uploaded through this cold store. The grace period fences uploads in flight elsewhere (a
+    /// runtime that uploads, then calls `flush_cold` later). Returns objects deleted.
     pub async fn sweep_orphan_objects(&mut self) -> Result<u64, GroupEngineError> {
-        let mut deleted = 0;
-        let streams: Vec<(BucketStreamId, Vec<String>)> = self
+        self.begin()?;
+        let result = self.sweep_orphan_objects_steps().await;
+        self.end();
+        result
+    }
+
+    async fn sweep_orphan_objects_steps(&mut self) -> Result<u64, GroupEngineError> {
+        let now = u64::try_from(crate::now_ms()).unwrap_or(0);
+        let grace = u64::try_from(self.options.orphan_grace.as_millis()).unwrap_or(u64::MAX);
+        let referenced: std::collections::HashSet<&str> = self
             .state
             .streams
-            .iter()
-            .map(|(id, row)| {
-                (
-                    id.clone(),
-                    row.cold_chunks.iter().map(|c| c.s3_path.clone()).collect(),
-                )
-            })
+            .values()
+            .flat_map(|row| row.cold_chunks.iter().map(|c| c.s3_path.as_str()))
+            .chain(self.state.gc.iter().flat_map(|e| match &e.target {
+                ColdGcTarget::Paths(paths) => paths.iter().map(String::as_str).collect(),
+                ColdGcTarget::Stream(_) => Vec::new(),
+            }))
             .collect();
-        let queued: Vec<String> = self
-            .state
-            .gc
-            .iter()
-            .filter_map(|e| match &e.target {
-                ColdGcTarget::Paths(paths) => Some(paths.clone()),
-                ColdGcTarget::Stream(_) => None,
-            })
-            .flatten()
-            .collect();
-        for (id, live) in streams {
-            for path in self
-                .cold
-                .list(&cold_chunk_prefix(&id))
-                .await
-                .map_err(GroupError::from)?
+        let mut doomed = Vec::new();
+        for path in self
+            .cold
+            .list(self.cold_ns.root())
+            .await
+            .map_err(GroupError::from)?
+        {
+            let young = created_at_ms(&path).is_none_or(|at| now.saturating_sub(at) < grace);
+            if is_sweepable(&path)
+                && !young
+                && !referenced.contains(path.as_str())
+                && !self.cold.is_uploading(&path)
             {
-                if path.ends_with(COLD_OBJECT_SUFFIX)
-                    && !live.contains(&path)
-                    && !queued.contains(&path)
-                {
-                    self.cold.delete(&path).await.map_err(GroupError::from)?;
-                    deleted += 1;
-                }
+                doomed.push(path);
             }
         }
-        Ok(deleted)
+        for path in &doomed {
+            self.cold.delete(path).await.map_err(GroupError::from)?;
+        }
+        Ok(doomed.len() as u64)
     }
 
     /// Deletes sealed payload segments that no hot message references any more (after cold
     /// flushes, retention and deletes). Returns the bytes freed.
     pub fn reclaim_hot_segments(&self) -> Result<u64, GroupEngineError> {
+        crate::blocking::blocking(|| self.reclaim_steps())
+    }
+
+    fn reclaim_steps(&self) -> Result<u64, GroupEngineError> {
         let mut lowest: BTreeMap<u32, u64> = BTreeMap::new();
         for (id, row) in &self.state.streams {
             let from = row.hot_start_offset.max(row.retained_offset);

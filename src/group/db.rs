@@ -19,8 +19,9 @@ use super::GroupError;
 use crate::fs::{create_dir_durable, Fs};
 use crate::StoreError;
 
-/// Version of the group-state layout; stored under `meta/format_version`.
-pub const GROUP_STATE_VERSION: u64 = 1;
+/// Version of the group-state layout; stored under `meta/format_version`. Version 1 (checkpoint
+/// payloads inside stream rows) is read and upgraded at open.
+pub const GROUP_STATE_VERSION: u64 = 2;
 
 pub(crate) const CF_META: &str = "meta";
 pub(crate) const CF_BUCKETS: &str = "buckets";
@@ -36,9 +37,10 @@ pub(crate) const CF_COLD_CHUNKS: &str = "cold_chunks";
 pub(crate) const CF_RECORDS: &str = "records";
 pub(crate) const CF_RECORD_OFFSETS: &str = "record_offsets";
 pub(crate) const CF_EXTERNAL: &str = "external";
+pub(crate) const CF_SNAPSHOTS: &str = "snapshots";
 
 /// Every column family, in creation order.
-pub(crate) const COLUMN_FAMILIES: [&str; 14] = [
+pub(crate) const COLUMN_FAMILIES: [&str; 15] = [
     CF_META,
     CF_BUCKETS,
     CF_STREAMS,
@@ -53,6 +55,7 @@ pub(crate) const COLUMN_FAMILIES: [&str; 14] = [
     CF_RECORDS,
     CF_RECORD_OFFSETS,
     CF_EXTERNAL,
+    CF_SNAPSHOTS,
 ];
 
 const META_FORMAT_VERSION: &[u8] = b"format_version";
@@ -105,6 +108,7 @@ impl GroupDb {
                 this.commit(tx)?;
             }
             Some(v) if v.as_slice() == GROUP_STATE_VERSION.to_be_bytes() => {}
+            Some(v) if v.as_slice() == 1u64.to_be_bytes() => this.upgrade_from_v1()?,
             Some(v) => {
                 return Err(GroupError::Corrupt(format!(
                     "group state format version {v:?}, this build reads {GROUP_STATE_VERSION}"
@@ -112,6 +116,27 @@ impl GroupDb {
             }
         }
         Ok(this)
+    }
+
+    /// Moves the checkpoint payloads that version 1 kept inside stream rows into the
+    /// `snapshots` family, rewrites those rows without them, and records version 2: one batch.
+    fn upgrade_from_v1(&self) -> Result<(), GroupError> {
+        let mut tx = Tx::default();
+        self.scan(CF_STREAMS, &[], &[], |k, v| {
+            let row: StreamRow = decode_row("stream", v)?;
+            if let Some(snapshot) = &row.visible_snapshot {
+                tx.put_raw(self, CF_SNAPSHOTS, k, &snapshot.payload);
+            }
+            tx.put_json(self, CF_STREAMS, k, &row);
+            Ok(true)
+        })?;
+        tx.put_raw(
+            self,
+            CF_META,
+            META_FORMAT_VERSION,
+            &GROUP_STATE_VERSION.to_be_bytes(),
+        );
+        self.commit(tx)
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, GroupError> {
@@ -338,6 +363,19 @@ impl GroupDb {
             state.streams.insert(id, decode_row("stream", v)?);
             Ok(true)
         })?;
+        self.scan(CF_SNAPSHOTS, &[], &[], |k, v| {
+            let (id, _) =
+                decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("snapshot key".into()))?;
+            let snapshot = state
+                .streams
+                .get_mut(&id)
+                .and_then(|row| row.visible_snapshot.as_mut())
+                .ok_or_else(|| {
+                    GroupError::Corrupt(format!("checkpoint of missing stream '{id}'"))
+                })?;
+            snapshot.payload = v.to_vec();
+            Ok(true)
+        })?;
         self.scan(CF_COLD_CHUNKS, &[], &[], |k, v| {
             let (id, _) =
                 decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("cold chunk key".into()))?;
@@ -482,12 +520,19 @@ impl Tx {
     /// Writes a stream row.
     pub fn put_stream(&mut self, db: &GroupDb, id: &BucketStreamId, row: &StreamRow) {
         self.put_json(db, CF_STREAMS, &stream_key(id), row);
+        if row.snapshot_changed {
+            match &row.visible_snapshot {
+                Some(s) => self.put_raw(db, CF_SNAPSHOTS, &stream_key(id), &s.payload),
+                None => self.delete_raw(db, CF_SNAPSHOTS, &stream_key(id)),
+            }
+        }
     }
 
     /// Removes a stream row with every message, producer and receipt of the stream.
     pub fn delete_stream(&mut self, db: &GroupDb, id: &BucketStreamId) {
         let key = stream_key(id);
         self.delete_raw(db, CF_STREAMS, &key);
+        self.delete_raw(db, CF_SNAPSHOTS, &key);
         for cf in [
             CF_MESSAGES,
             CF_PRODUCERS,

@@ -224,12 +224,25 @@ impl DiskGroupEngine {
             .retained_bytes
             .saturating_sub(row.metadata.tail_offset.saturating_sub(row.retained_offset));
         self.save_usage(tx, &id.bucket_id);
-        let has_external = self
-            .db
-            .externals(id, 0, row.metadata.tail_offset)
-            .is_ok_and(|e| !e.is_empty());
-        if row.hot_start_offset > 0 || !row.cold_chunks.is_empty() || has_external {
-            self.enqueue_gc(tx, ColdGcTarget::Stream(id.clone()), 0);
+        // Exact paths, never the stream's prefix: a stream recreated under the same id (or any
+        // other stream) keeps its objects, whoever runs the GC (ursula's runtime deletes whole
+        // prefixes for a `Stream` target).
+        let mut paths: Vec<String> = row
+            .cold_chunks
+            .iter()
+            .filter(|c| !c.shared_object)
+            .map(|c| c.s3_path.clone())
+            .collect();
+        paths.extend(
+            self.db
+                .externals(id, 0, row.metadata.tail_offset)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| e.s3_path),
+        );
+        paths.dedup();
+        if !paths.is_empty() {
+            self.enqueue_gc(tx, ColdGcTarget::Paths(paths), 0);
         }
         let shared = row
             .cold_chunks
@@ -552,6 +565,7 @@ impl DiskGroupEngine {
             total_setsum: setsum::Setsum::default().hexdigest(),
             total_records: 0,
             visible_snapshot: None,
+            snapshot_changed: false,
             append_count: self.state.retired_counts.remove(&id).unwrap_or(0),
             cold_chunks: Vec::new(),
             partition,

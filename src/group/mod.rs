@@ -40,6 +40,7 @@
 mod append;
 mod checkpoint;
 mod cold_ops;
+pub mod cold_paths;
 mod cold_worker;
 mod db;
 mod integrity;
@@ -68,7 +69,8 @@ use crate::log::LogOptions;
 use crate::store::Store;
 use crate::StoreError;
 
-pub use cold_worker::{cold_chunk_prefix, new_cold_object_path, ColdGcReport};
+pub use cold_paths::ColdNamespace;
+pub use cold_worker::ColdGcReport;
 pub use db::GROUP_STATE_VERSION;
 pub use payload::PAYLOAD_PARTITIONS;
 pub use read::MAX_READ_BYTES;
@@ -110,8 +112,16 @@ impl From<GroupError> for GroupEngineError {
 pub struct GroupOptions {
     /// Options of the payload log (durability, segment size, compression).
     pub payload_log: LogOptions,
-    /// zstd level of cold objects.
+    /// zstd level of cold objects (1 ..= 22; default 3).
     pub cold_zstd_level: i32,
+    /// How old an unreferenced object must be before the orphan sweep deletes it (default 15
+    /// minutes; any duration, zero included). Uploads whose `flush_cold` has not come yet are
+    /// younger than this, so keep it longer than the slowest upload-to-commit of any writer.
+    pub orphan_grace: std::time::Duration,
+    /// Most bytes one read returns, by offset or by record coordinates (default
+    /// [`MAX_READ_BYTES`], 64 MiB; 1 KiB ..= 1 GiB). A read by records returns at least one
+    /// whole record.
+    pub max_read_bytes: usize,
 }
 
 impl Default for GroupOptions {
@@ -119,7 +129,37 @@ impl Default for GroupOptions {
         Self {
             payload_log: LogOptions::default(),
             cold_zstd_level: 3,
+            orphan_grace: std::time::Duration::from_secs(15 * 60),
+            max_read_bytes: MAX_READ_BYTES,
         }
+    }
+}
+
+impl GroupOptions {
+    /// Checks the options; the message names the option at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=22).contains(&self.cold_zstd_level) {
+            return Err(format!(
+                "cold_zstd_level must lie in [1, 22], not {}",
+                self.cold_zstd_level
+            ));
+        }
+        if !(1 << 10..=1 << 30).contains(&self.max_read_bytes) {
+            return Err(format!(
+                "max_read_bytes must lie in [1 KiB, 1 GiB], not {}",
+                self.max_read_bytes
+            ));
+        }
+        if self.payload_log.durability != crate::Durability::Sync {
+            return Err(
+                "payload_log.durability must be Durability::Sync: group state never \
+                        references a payload that is not durable"
+                    .into(),
+            );
+        }
+        self.payload_log
+            .validate()
+            .map_err(|e| format!("payload_log: {e}"))
     }
 }
 
@@ -134,6 +174,12 @@ pub struct DiskGroupEngine {
     options: GroupOptions,
     /// `(commit_index, next_gc_seq)` as last written to disk.
     durable_counters: (u64, u64),
+    /// The group's cold object names.
+    cold_ns: ColdNamespace,
+    /// A command began and has not returned: if this is still set when the next one begins,
+    /// the earlier one's future was dropped part-way and memory may hold changes never
+    /// committed, so it is reloaded from disk.
+    busy: bool,
 }
 
 impl std::fmt::Debug for DiskGroupEngine {
@@ -163,6 +209,7 @@ impl DiskGroupEngine {
                 "group name {name:?} must be non-empty [A-Za-z0-9_-]"
             )));
         }
+        options.validate().map_err(GroupError::Invalid)?;
         let dir = Self::state_dir(store, name);
         let db = GroupDb::open(store.fs(), &dir)?;
         let state = db.load()?;
@@ -179,12 +226,15 @@ impl DiskGroupEngine {
             payloads,
             cold,
             options,
+            cold_ns: ColdNamespace::new(&store.id(), name),
+            busy: false,
         })
     }
 
-    /// Opens group `name` with the default cold store, a local directory `<root>/cold`.
+    /// Opens group `name` with the default cold store, a local directory `<root>/cold` (through
+    /// the store's file layer).
     pub fn open_local(store: &Store, name: &str) -> Result<Self, GroupError> {
-        let cold = ColdStore::local(&store.root().join("cold"))?;
+        let cold = ColdStore::local_with_fs(store.fs().clone(), &store.root().join("cold"))?;
         Self::open(store, name, cold, GroupOptions::default())
     }
 
@@ -203,6 +253,11 @@ impl DiskGroupEngine {
         &self.cold
     }
 
+    /// The group's cold object names.
+    pub fn cold_namespace(&self) -> &ColdNamespace {
+        &self.cold_ns
+    }
+
     /// The commit index: mutating outcomes applied so far.
     pub fn commit_index(&self) -> u64 {
         self.state.commit_index
@@ -213,23 +268,43 @@ impl DiskGroupEngine {
         self.state.group_hot_bytes()
     }
 
-    /// Commits `tx` (with the counters) durably; on failure, reloads memory from disk so it
-    /// matches what is durable, and reports the error.
     fn counters(&self) -> (u64, u64) {
         (self.state.commit_index, self.state.next_gc_seq)
     }
 
+    /// Starts a command. Every command changes memory only in code without an `.await` between
+    /// the change and its commit (a synchronous RocksDB write), so a command whose future is
+    /// dropped at an await has committed nothing since its last commit; if one was, memory is
+    /// reloaded from what is durable before this command runs. Payload records it had already
+    /// appended are referenced by nothing and are reclaimed with their segments.
+    pub(crate) fn begin(&mut self) -> Result<(), GroupEngineError> {
+        if self.busy {
+            self.state = self.db.load()?;
+            self.durable_counters = self.counters();
+        }
+        self.busy = true;
+        Ok(())
+    }
+
+    /// Ends a command (see [`Self::begin`]).
+    pub(crate) fn end(&mut self) {
+        self.busy = false;
+    }
+
+    /// Commits `tx` (with the counters) durably; on failure, reloads memory from disk so it
+    /// matches what is durable, and reports the error.
     fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
         if tx.is_empty() && self.counters() == self.durable_counters {
             return Ok(());
         }
         for id in tx.take_dirty_streams() {
-            if let Some(row) = self.state.streams.get(&id) {
+            if let Some(row) = self.state.streams.get_mut(&id) {
                 tx.put_stream(&self.db, &id, row);
+                row.snapshot_changed = false;
             }
         }
         tx.put_counters(&self.db, &self.state);
-        match self.db.commit(tx) {
+        match crate::blocking::blocking(|| self.db.commit(tx)) {
             Ok(()) => {
                 self.durable_counters = self.counters();
                 Ok(())

@@ -34,12 +34,9 @@ impl DiskGroupEngine {
         let retained_records = records::range(&row);
         // A read by record coordinates (JSON streams) becomes a byte range; `max_records`
         // without `record` is ignored, as in ursula.
+        let limit = self.options.max_read_bytes as u64;
         let (offset, max_len, record_range) = match request.record {
-            None => (
-                request.offset,
-                request.max_len.min(MAX_READ_BYTES) as u64,
-                None,
-            ),
+            None => (request.offset, (request.max_len as u64).min(limit), None),
             Some(record) => {
                 let retained = retained_records.ok_or_else(|| {
                     stream_error(
@@ -70,6 +67,8 @@ impl DiskGroupEngine {
                     .map_or(retained.next_record, |limit| record.saturating_add(limit))
                     .min(retained.next_record);
                 let from = self.offset_for_record(&id, &row, record)?;
+                let next_record =
+                    self.bounded_next_record(&id, &row, (record, next_record), from)?;
                 let to = self.offset_for_record(&id, &row, next_record)?;
                 (
                     from,
@@ -114,6 +113,37 @@ impl DiskGroupEngine {
         })
     }
 
+    /// The end of a read of records `[first, next)` starting at byte `from`, cut so that it
+    /// holds at most `max_read_bytes` (but always at least one whole record): a read by record
+    /// coordinates is bounded like a read by offset, and the response's record range says
+    /// where to go on.
+    fn bounded_next_record(
+        &self,
+        id: &BucketStreamId,
+        row: &StreamRow,
+        (first, next): (u64, u64),
+        from: u64,
+    ) -> Result<u64, GroupEngineError> {
+        let limit = self.options.max_read_bytes as u64;
+        let fits = |r: u64| -> Result<bool, GroupEngineError> {
+            Ok(self.offset_for_record(id, row, r)?.saturating_sub(from) <= limit)
+        };
+        if next <= first + 1 || fits(next)? {
+            return Ok(next);
+        }
+        // The largest end in [first + 1, next) that fits; first + 1 if none does.
+        let (mut lo, mut hi) = (first + 1, next);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid)? {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
     /// The bytes `[from, to)` of a stream, stitched from cold chunks, external segments and hot
     /// records, wherever each lies.
     pub(crate) async fn read_range(
@@ -124,7 +154,7 @@ impl DiskGroupEngine {
         to: u64,
     ) -> Result<Bytes, GroupEngineError> {
         let mut out = BytesMut::with_capacity((to - from) as usize);
-        let externals = self.db.externals(id, from, to)?;
+        let externals = crate::blocking::blocking(|| self.db.externals(id, from, to))?;
         let chunks = &row.cold_chunks;
         let mut cursor = from;
         while cursor < to {
@@ -169,7 +199,7 @@ impl DiskGroupEngine {
                 .min()
                 .unwrap_or(to)
                 .min(to);
-            let bytes = self.read_hot(id, row, cursor, next)?;
+            let bytes = crate::blocking::blocking(|| self.read_hot(id, row, cursor, next))?;
             out.extend_from_slice(&bytes);
             cursor = next;
         }
@@ -196,6 +226,7 @@ impl DiskGroupEngine {
         }
         messages.extend(self.db.messages(id, from.saturating_add(1), to)?);
         let mut cursor = from;
+        let key = super::keys::stream_key(id);
         // Records come a page at a time: one log read serves every message whose record lies in
         // it (other streams' records in the same partition are stepped over).
         let mut page: std::collections::VecDeque<crate::segment::Record> = Default::default();
@@ -209,7 +240,7 @@ impl DiskGroupEngine {
                     page.pop_front();
                 }
                 match page.front() {
-                    Some(r) if r.offset == want => break page.pop_front().and_then(|r| r.value),
+                    Some(r) if r.offset == want => break page.pop_front(),
                     Some(_) => break None,
                     None => {
                         let budget = ((to - cursor) as usize)
@@ -231,6 +262,15 @@ impl DiskGroupEngine {
                     message.log_offset, row.partition
                 ))
             })?;
+            // A record of another stream at this offset would hand one tenant another's bytes.
+            if record.key.as_deref() != Some(&key[..]) {
+                return Err(GroupError::Corrupt(format!(
+                    "payload record {} of partition {} belongs to another stream than '{id}'",
+                    message.log_offset, row.partition
+                ))
+                .into());
+            }
+            let record = record.value.unwrap_or_default();
             if record.len() as u64 != message.end_offset - start {
                 return Err(GroupError::Corrupt(format!(
                     "payload record {} of stream '{id}' holds {} bytes, its message row says {}",

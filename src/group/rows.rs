@@ -32,8 +32,14 @@ pub struct StreamRow {
     pub total_setsum: String,
     /// Records counted by the setsums.
     pub total_records: u64,
-    /// The stream's published checkpoint, if any.
+    /// The stream's published checkpoint, if any. The row stores its offset, content type and
+    /// digest only; the payload lives in the `snapshots` family, written only when the
+    /// checkpoint changes (so an append never rewrites it).
+    #[serde(with = "snapshot_meta")]
     pub visible_snapshot: Option<StreamVisibleSnapshot>,
+    /// Set when `visible_snapshot` changed in memory and its payload row must be written.
+    #[serde(skip)]
+    pub snapshot_changed: bool,
     /// Accepted appends (the `stream_append_count` of responses).
     pub append_count: u64,
     /// Cold chunks in offset order, covering `[cold start, hot_start_offset)`; stored one row
@@ -145,5 +151,55 @@ pub fn decode_row<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, Gr
             .map_err(|e| GroupError::Corrupt(format!("{what} row: {e}"))),
         Some((v, _)) => Err(GroupError::Corrupt(format!("{what} row version {v}"))),
         None => Err(GroupError::Corrupt(format!("empty {what} row"))),
+    }
+}
+
+/// A stream row's checkpoint without its payload (read: with it, for rows of format version 1).
+mod snapshot_meta {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use ursula_stream::StreamVisibleSnapshot;
+
+    #[derive(Serialize)]
+    struct Meta<'a> {
+        offset: u64,
+        content_type: &'a str,
+        digest: &'a str,
+    }
+
+    #[derive(Deserialize)]
+    struct Stored {
+        offset: u64,
+        content_type: String,
+        #[serde(default)]
+        payload: Vec<u8>,
+        #[serde(default)]
+        digest: String,
+    }
+
+    pub fn serialize<S: Serializer>(
+        value: &Option<StreamVisibleSnapshot>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        value
+            .as_ref()
+            .map(|s| Meta {
+                offset: s.offset,
+                content_type: &s.content_type,
+                digest: &s.digest,
+            })
+            .serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<StreamVisibleSnapshot>, D::Error> {
+        Ok(
+            Option::<Stored>::deserialize(deserializer)?.map(|s| StreamVisibleSnapshot {
+                offset: s.offset,
+                content_type: s.content_type,
+                payload: s.payload,
+                digest: s.digest,
+            }),
+        )
     }
 }

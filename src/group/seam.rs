@@ -31,6 +31,20 @@ use super::{DiskGroupEngine, GroupOptions};
 use crate::cold::ColdStore;
 use crate::store::Store;
 
+/// Runs one command of the seam: first recovers memory from disk if an earlier command's future
+/// was dropped part-way ([`DiskGroupEngine::begin`]), then marks this one in progress until it
+/// returns, whatever it returns.
+macro_rules! command {
+    ($engine:ident, $body:block) => {
+        Box::pin(async move {
+            $engine.begin()?;
+            let result = async { $body }.await;
+            $engine.end();
+            result
+        })
+    };
+}
+
 impl GroupEngine for DiskGroupEngine {
     fn create_stream<'a>(
         &'a mut self,
@@ -38,7 +52,7 @@ impl GroupEngine for DiskGroupEngine {
         placement: ShardPlacement,
         admission: ColdWriteAdmission,
     ) -> GroupCreateStreamFuture<'a> {
-        Box::pin(async move {
+        command!(self, {
             self.create_stream_inner(request, placement, admission)
                 .await
         })
@@ -49,20 +63,21 @@ impl GroupEngine for DiskGroupEngine {
         request: HeadStreamRequest,
         placement: ShardPlacement,
     ) -> GroupHeadStreamFuture<'a> {
-        Box::pin(async move { self.head_inner(request, placement) })
+        command!(self, { self.head_inner(request, placement) })
     }
 
     fn bucket_usage<'a>(&'a mut self, _placement: ShardPlacement) -> GroupBucketUsageFuture<'a> {
-        let report: Vec<BucketUsageSnapshot> = self
-            .state
-            .usage
-            .iter()
-            .map(|(bucket_id, usage)| BucketUsageSnapshot {
-                bucket_id: bucket_id.clone(),
-                usage: *usage,
-            })
-            .collect();
-        Box::pin(async move { Ok(report) })
+        command!(self, {
+            Ok(self
+                .state
+                .usage
+                .iter()
+                .map(|(bucket_id, usage)| BucketUsageSnapshot {
+                    bucket_id: bucket_id.clone(),
+                    usage: *usage,
+                })
+                .collect::<Vec<_>>())
+        })
     }
 
     fn read_stream<'a>(
@@ -70,7 +85,7 @@ impl GroupEngine for DiskGroupEngine {
         request: ReadStreamRequest,
         placement: ShardPlacement,
     ) -> GroupReadStreamFuture<'a> {
-        Box::pin(async move { self.read_inner(request, placement).await })
+        command!(self, { self.read_inner(request, placement).await })
     }
 
     fn touch_stream_access<'a>(
@@ -80,7 +95,9 @@ impl GroupEngine for DiskGroupEngine {
         renew_ttl: bool,
         placement: ShardPlacement,
     ) -> GroupTouchStreamAccessFuture<'a> {
-        Box::pin(async move { self.touch_inner(&stream_id, now_ms, renew_ttl, placement) })
+        command!(self, {
+            self.touch_inner(&stream_id, now_ms, renew_ttl, placement)
+        })
     }
 
     fn close_stream<'a>(
@@ -88,7 +105,7 @@ impl GroupEngine for DiskGroupEngine {
         request: CloseStreamRequest,
         placement: ShardPlacement,
     ) -> GroupCloseStreamFuture<'a> {
-        Box::pin(async move { self.close_inner(request, placement).await })
+        command!(self, { self.close_inner(request, placement).await })
     }
 
     fn delete_stream<'a>(
@@ -96,7 +113,7 @@ impl GroupEngine for DiskGroupEngine {
         request: DeleteStreamRequest,
         placement: ShardPlacement,
     ) -> GroupDeleteStreamFuture<'a> {
-        Box::pin(async move {
+        command!(self, {
             let response = self.delete_stream_inner(&request.stream_id, placement)?;
             self.reclaim_hot_segments()?;
             Ok(response)
@@ -109,7 +126,9 @@ impl GroupEngine for DiskGroupEngine {
         placement: ShardPlacement,
         admission: ColdWriteAdmission,
     ) -> GroupAppendFuture<'a> {
-        Box::pin(async move { self.append_inner(request, placement, admission).await })
+        command!(self, {
+            self.append_inner(request, placement, admission).await
+        })
     }
 
     fn append_batch<'a>(
@@ -118,18 +137,20 @@ impl GroupEngine for DiskGroupEngine {
         placement: ShardPlacement,
         admission: ColdWriteAdmission,
     ) -> GroupAppendBatchFuture<'a> {
-        Box::pin(async move { self.append_batch_inner(request, placement, admission).await })
+        command!(self, {
+            self.append_batch_inner(request, placement, admission).await
+        })
     }
 
     fn snapshot<'a>(&'a mut self, placement: ShardPlacement) -> GroupSnapshotFuture<'a> {
-        Box::pin(async move { self.group_snapshot(placement).await })
+        command!(self, { self.group_snapshot(placement).await })
     }
 
     fn install_snapshot<'a>(
         &'a mut self,
         snapshot: GroupSnapshot,
     ) -> GroupInstallSnapshotFuture<'a> {
-        Box::pin(async move {
+        command!(self, {
             let GroupSnapshot {
                 group_commit_index,
                 stream_snapshot,
@@ -151,7 +172,9 @@ impl GroupEngine for DiskGroupEngine {
         request: CreateStreamExternalRequest,
         placement: ShardPlacement,
     ) -> GroupCreateStreamFuture<'a> {
-        Box::pin(async move { self.create_external_inner(request, placement).await })
+        command!(self, {
+            self.create_external_inner(request, placement).await
+        })
     }
 
     fn append_external<'a>(
@@ -159,7 +182,7 @@ impl GroupEngine for DiskGroupEngine {
         request: AppendExternalRequest,
         placement: ShardPlacement,
     ) -> GroupAppendFuture<'a> {
-        Box::pin(async move { self.append_external_inner(request, placement) })
+        command!(self, { self.append_external_inner(request, placement) })
     }
 
     fn get_stream_attrs<'a>(
@@ -167,7 +190,7 @@ impl GroupEngine for DiskGroupEngine {
         request: GetStreamAttrsRequest,
         placement: ShardPlacement,
     ) -> GroupGetStreamAttrsFuture<'a> {
-        Box::pin(async move { self.get_attrs_inner(request, placement) })
+        command!(self, { self.get_attrs_inner(request, placement) })
     }
 
     fn publish_snapshot<'a>(
@@ -175,7 +198,7 @@ impl GroupEngine for DiskGroupEngine {
         request: PublishSnapshotRequest,
         placement: ShardPlacement,
     ) -> GroupPublishSnapshotFuture<'a> {
-        Box::pin(async move { self.publish_snapshot_inner(request, placement) })
+        command!(self, { self.publish_snapshot_inner(request, placement) })
     }
 
     fn advance_retention<'a>(
@@ -183,7 +206,7 @@ impl GroupEngine for DiskGroupEngine {
         request: AdvanceRetentionRequest,
         placement: ShardPlacement,
     ) -> GroupAdvanceRetentionFuture<'a> {
-        Box::pin(async move {
+        command!(self, {
             let response = self.advance_retention_inner(request, placement)?;
             self.reclaim_hot_segments()?;
             Ok(response)
@@ -195,7 +218,9 @@ impl GroupEngine for DiskGroupEngine {
         request: ImportGroupStateRequest,
         placement: ShardPlacement,
     ) -> GroupImportGroupStateFuture<'a> {
-        Box::pin(async move { self.import_inner(*request.snapshot, placement).await })
+        command!(self, {
+            self.import_inner(*request.snapshot, placement).await
+        })
     }
 
     fn set_bucket_quota<'a>(
@@ -203,7 +228,7 @@ impl GroupEngine for DiskGroupEngine {
         request: SetBucketQuotaRequest,
         placement: ShardPlacement,
     ) -> GroupSetBucketQuotaFuture<'a> {
-        Box::pin(async move { self.set_quota_inner(request, placement) })
+        command!(self, { self.set_quota_inner(request, placement) })
     }
 
     fn read_snapshot<'a>(
@@ -211,7 +236,7 @@ impl GroupEngine for DiskGroupEngine {
         request: ReadSnapshotRequest,
         placement: ShardPlacement,
     ) -> GroupReadSnapshotFuture<'a> {
-        Box::pin(async move { self.read_snapshot_inner(request, placement) })
+        command!(self, { self.read_snapshot_inner(request, placement) })
     }
 
     fn delete_snapshot<'a>(
@@ -219,7 +244,7 @@ impl GroupEngine for DiskGroupEngine {
         request: DeleteSnapshotRequest,
         placement: ShardPlacement,
     ) -> GroupDeleteSnapshotFuture<'a> {
-        Box::pin(async move { self.delete_snapshot_inner(request, placement) })
+        command!(self, { self.delete_snapshot_inner(request, placement) })
     }
 
     fn bootstrap_stream<'a>(
@@ -227,7 +252,7 @@ impl GroupEngine for DiskGroupEngine {
         request: BootstrapStreamRequest,
         placement: ShardPlacement,
     ) -> GroupBootstrapStreamFuture<'a> {
-        Box::pin(async move { self.bootstrap_inner(request, placement).await })
+        command!(self, { self.bootstrap_inner(request, placement).await })
     }
 
     fn update_stream_attrs<'a>(
@@ -235,7 +260,7 @@ impl GroupEngine for DiskGroupEngine {
         request: UpdateStreamAttrsRequest,
         placement: ShardPlacement,
     ) -> GroupUpdateStreamAttrsFuture<'a> {
-        Box::pin(async move { self.update_attrs_inner(request, placement) })
+        command!(self, { self.update_attrs_inner(request, placement) })
     }
 
     fn ack_cold_gc<'a>(
@@ -243,7 +268,7 @@ impl GroupEngine for DiskGroupEngine {
         up_to_seq: u64,
         placement: ShardPlacement,
     ) -> GroupAckColdGcFuture<'a> {
-        Box::pin(async move { self.ack_cold_gc_inner(up_to_seq, placement) })
+        command!(self, { self.ack_cold_gc_inner(up_to_seq, placement) })
     }
 
     fn purge_bucket<'a>(
@@ -251,7 +276,7 @@ impl GroupEngine for DiskGroupEngine {
         bucket_id: String,
         placement: ShardPlacement,
     ) -> GroupPurgeBucketFuture<'a> {
-        Box::pin(async move {
+        command!(self, {
             let response = self.purge_bucket_inner(&bucket_id, placement)?;
             self.reclaim_hot_segments()?;
             Ok(response)
@@ -263,8 +288,7 @@ impl GroupEngine for DiskGroupEngine {
         max: usize,
         _placement: ShardPlacement,
     ) -> GroupPlanColdGcFuture<'a> {
-        let entries = self.plan_cold_gc_inner(max);
-        Box::pin(async move { Ok(entries) })
+        command!(self, { Ok(self.plan_cold_gc_inner(max)) })
     }
 
     fn append_transaction<'a>(
@@ -273,7 +297,7 @@ impl GroupEngine for DiskGroupEngine {
         placement: ShardPlacement,
         admission: ColdWriteAdmission,
     ) -> GroupAppendTransactionFuture<'a> {
-        Box::pin(async move {
+        command!(self, {
             self.append_transaction_inner(request, placement, admission)
                 .await
         })
@@ -284,7 +308,8 @@ impl GroupEngine for DiskGroupEngine {
         request: FlushColdRequest,
         placement: ShardPlacement,
     ) -> GroupFlushColdFuture<'a> {
-        Box::pin(async move {
+        command!(self, {
+            self.check_object(&request.chunk).await?;
             let response = self.flush_cold_inner(request, placement)?;
             self.reclaim_hot_segments()?;
             Ok(response)
@@ -296,7 +321,10 @@ impl GroupEngine for DiskGroupEngine {
         request: CompactColdRequest,
         placement: ShardPlacement,
     ) -> GroupCompactColdFuture<'a> {
-        Box::pin(async move { self.compact_cold_inner(request, placement) })
+        command!(self, {
+            self.check_object(&request.replacement).await?;
+            self.compact_cold_inner(request, placement)
+        })
     }
 
     fn plan_cold_flush<'a>(
@@ -304,7 +332,7 @@ impl GroupEngine for DiskGroupEngine {
         request: PlanColdFlushRequest,
         _placement: ShardPlacement,
     ) -> GroupPlanColdFlushFuture<'a> {
-        Box::pin(async move { self.plan_cold_flush_inner(request) })
+        command!(self, { self.plan_cold_flush_inner(request) })
     }
 
     fn plan_next_cold_flush_batch<'a>(
@@ -313,7 +341,9 @@ impl GroupEngine for DiskGroupEngine {
         _placement: ShardPlacement,
         max_candidates: usize,
     ) -> GroupPlanNextColdFlushBatchFuture<'a> {
-        Box::pin(async move { self.plan_flush_batch_inner(request, max_candidates) })
+        command!(self, {
+            self.plan_flush_batch_inner(request, max_candidates)
+        })
     }
 
     fn cold_hot_backlog<'a>(
@@ -321,11 +351,11 @@ impl GroupEngine for DiskGroupEngine {
         stream_id: BucketStreamId,
         _placement: ShardPlacement,
     ) -> GroupColdHotBacklogFuture<'a> {
-        Box::pin(async move { Ok(self.backlog_inner(stream_id)) })
+        command!(self, { Ok(self.backlog_inner(stream_id)) })
     }
 
     fn shutdown<'a>(&'a mut self) -> GroupShutdownFuture<'a> {
-        Box::pin(async move {
+        command!(self, {
             self.db.flush()?;
             self.payloads
                 .log()

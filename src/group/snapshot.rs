@@ -282,6 +282,7 @@ impl DiskGroupEngine {
                 live_setsum: entry.integrity.live_setsum,
                 total_setsum: entry.integrity.total_setsum,
                 total_records: entry.integrity.total_records,
+                snapshot_changed: entry.visible_snapshot.is_some(),
                 visible_snapshot: entry.visible_snapshot,
                 append_count: counts.get(&id.to_string()).copied().unwrap_or(0),
                 cold_chunks: entry.cold_chunks,

@@ -106,6 +106,10 @@ pub trait Workload: Sync {
     fn check(&self, root: &Path, acks: &Self::Acks);
     /// How the run went.
     fn outcome(&self, acks: &Self::Acks) -> Outcome;
+    /// The error messages the run met.
+    fn messages(&self, _acks: &Self::Acks) -> Vec<String> {
+        Vec::new()
+    }
     /// Most errors one injected failure may cause (the requests sharing the failed round).
     fn errors_per_fault(&self) -> usize {
         8
@@ -225,8 +229,9 @@ pub fn fail_each_operation<W: Workload>(w: &W, stride: u64) -> u64 {
         let outcome = w.outcome(&acks);
         assert!(
             outcome.probe_ok,
-            "{}: {context}: the store did not work again: {acks:?}",
-            w.name()
+            "{}: {context}: the store did not work again: {outcome:?} {}",
+            w.name(),
+            w.messages(&acks).join("; ")
         );
         assert!(
             outcome.errors_before + outcome.errors_after <= w.errors_per_fault(),

@@ -77,6 +77,8 @@ pub fn open_log(
 /// Errors and the probe, shared by the workloads' acknowledgement records.
 #[derive(Debug, Default)]
 pub struct Tally {
+    /// The errors met, for failure messages.
+    pub messages: Vec<String>,
     pub halfway: bool,
     pub errors_before: usize,
     pub errors_after: usize,
@@ -84,6 +86,12 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Counts an error and keeps its message.
+    pub fn failed(&mut self, e: impl std::fmt::Display) {
+        self.messages.push(e.to_string());
+        self.error();
+    }
+
     pub fn error(&mut self) {
         if self.halfway {
             self.errors_after += 1;

@@ -1,0 +1,17 @@
+//! Blocking file work called from async code (synced RocksDB writes, fsyncs, unlinks, segment
+//! reads) without stalling the executor.
+//!
+//! On a multi-thread tokio runtime the work runs under `block_in_place`: the worker hands its
+//! other tasks to a fresh worker first, so nothing else waits for the disk. Outside a runtime,
+//! and on a current-thread runtime (which has no second worker to hand tasks to; ursula's
+//! thread-per-core mode gives each core such a runtime on a thread of its own), it runs inline.
+
+/// Runs `f`, which may block on I/O, without holding up other tasks of a multi-thread runtime.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}

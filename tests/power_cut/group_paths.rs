@@ -1,0 +1,385 @@
+//! The group engine's write paths: stream commands (create, append, batch, close, delete),
+//! checkpoints and retention, and the cold tier (flush, compaction, GC, orphan sweep) on the
+//! default local cold store, all through the file layer; RocksDB's durability points are
+//! crash points too.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use strata::cold::ColdStore;
+use strata::group::{DiskGroupEngine, GroupOptions};
+use strata::{LogOptions, Store};
+use ursula_runtime::{
+    AdvanceRetentionRequest, AppendBatchRequest, AppendRequest, CloseStreamRequest,
+    ColdWriteAdmission, CreateStreamRequest, DeleteStreamRequest, GroupEngine, HeadStreamRequest,
+    PublishSnapshotRequest, ReadStreamRequest,
+};
+use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
+use ursula_stream::StreamErrorCode;
+
+use super::harness::{Disk, Outcome, Workload};
+use super::log_paths::{open_image, runtime, verify_clean, Tally};
+
+const CT: &str = "application/octet-stream";
+
+pub fn placement() -> ShardPlacement {
+    ShardPlacement {
+        core_id: CoreId(0),
+        shard_id: ShardId(0),
+        raft_group_id: RaftGroupId(0),
+    }
+}
+
+pub fn group_options() -> GroupOptions {
+    GroupOptions {
+        payload_log: LogOptions {
+            segment_bytes: 4096,
+            ..LogOptions::default()
+        },
+        orphan_grace: std::time::Duration::ZERO,
+        ..GroupOptions::default()
+    }
+}
+
+/// Opens the group engine `g` of `store` with the default local cold store `<root>/cold`.
+pub fn open_engine(store: &Store) -> Result<DiskGroupEngine, strata::group::GroupError> {
+    let cold = ColdStore::local_with_fs(store.fs().clone(), &store.root().join("cold"))?;
+    DiskGroupEngine::open(store, "g", cold, group_options())
+}
+
+fn stream(i: usize) -> BucketStreamId {
+    BucketStreamId::new("tenant", format!("s{i}"))
+}
+
+fn bytes_of(step: usize, len: usize) -> Bytes {
+    Bytes::from((0..len).map(|j| (step * 31 + j) as u8).collect::<Vec<u8>>())
+}
+
+/// What the engine acknowledged, per stream.
+#[derive(Debug, Default)]
+pub struct GroupAcks {
+    /// Acknowledged byte ranges: `(stream, start) -> bytes`.
+    pub appended: BTreeMap<(usize, u64), Bytes>,
+    /// Streams whose creation was acknowledged (and not deleted since, as far as acked).
+    pub live: BTreeMap<usize, bool>,
+    /// Retained offset acknowledged per stream.
+    pub retained: BTreeMap<usize, u64>,
+    /// Streams with a command whose outcome is unknown (it failed): their existence may go
+    /// either way.
+    pub uncertain: std::collections::BTreeSet<usize>,
+    pub tally: Tally,
+}
+
+/// One scripted step of the group workload.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Create(usize),
+    Append(usize, usize),
+    Batch(usize),
+    Flush(usize),
+    Compact(usize),
+    Checkpoint(usize),
+    Delete(usize),
+    Close(usize),
+    Gc,
+    Sweep,
+}
+
+fn script() -> Vec<Step> {
+    use Step::*;
+    let mut steps = vec![Create(0), Create(1)];
+    for i in 0..6 {
+        steps.push(Append(i % 2, 200 + 150 * i));
+    }
+    steps.extend([
+        Batch(0),
+        Flush(0),
+        Append(0, 700),
+        Flush(0),
+        Compact(0),
+        Create(2),
+    ]);
+    steps.extend([
+        Append(2, 900),
+        Delete(1),
+        Append(2, 300),
+        Checkpoint(0),
+        Gc,
+        Sweep,
+    ]);
+    steps.extend([Batch(2), Flush(2), Create(1), Append(1, 400), Close(2), Gc]);
+    steps
+}
+
+struct Runner<'a> {
+    engine: &'a mut DiskGroupEngine,
+    acks: &'a mut GroupAcks,
+    now: u64,
+}
+
+impl Runner<'_> {
+    async fn append(&mut self, s: usize, payload: Bytes) -> Result<(), String> {
+        let mut r = AppendRequest::from_bytes(stream(s), payload.clone());
+        r.content_type = CT.into();
+        r.now_ms = self.now;
+        let response = self
+            .engine
+            .append(r, placement(), ColdWriteAdmission::default())
+            .await
+            .map_err(|e| format!("append: {e}"))?;
+        self.acks
+            .appended
+            .insert((s, response.start_offset), payload);
+        Ok(())
+    }
+
+    async fn batch(&mut self, s: usize, step: usize) -> Result<(), String> {
+        let payloads: Vec<Bytes> = (0..4).map(|k| bytes_of(step + k, 120 + 40 * k)).collect();
+        let mut r = AppendBatchRequest::new(stream(s), payloads.clone());
+        r.content_type = CT.into();
+        r.now_ms = self.now;
+        let response = self
+            .engine
+            .append_batch(r, placement(), ColdWriteAdmission::default())
+            .await
+            .map_err(|e| format!("batch: {e}"))?;
+        for (item, payload) in response.items.iter().zip(payloads) {
+            let appended = item.as_ref().map_err(|e| format!("batch item: {e}"))?;
+            self.acks
+                .appended
+                .insert((s, appended.start_offset), payload);
+        }
+        Ok(())
+    }
+
+    async fn checkpoint(&mut self, s: usize) -> Result<(), String> {
+        let id = stream(s);
+        let Some(&(_, start)) = self.acks.appended.keys().rfind(|(x, _)| *x == s) else {
+            return Ok(());
+        };
+        let publish = PublishSnapshotRequest {
+            stream_id: id.clone(),
+            snapshot_offset: start,
+            content_type: "text/plain".into(),
+            payload: Bytes::from(vec![9u8; 300]),
+            expected_digest: None,
+            now_ms: self.now,
+        };
+        self.engine
+            .publish_snapshot(publish, placement())
+            .await
+            .map_err(|e| format!("publish: {e}"))?;
+        let retain = AdvanceRetentionRequest {
+            stream_id: id,
+            retained_offset: start,
+            now_ms: self.now,
+        };
+        self.engine
+            .advance_retention(retain, placement())
+            .await
+            .map_err(|e| format!("retention: {e}"))?;
+        self.acks.retained.insert(s, start);
+        Ok(())
+    }
+
+    async fn run(&mut self, step: usize, what: Step) -> Result<(), String> {
+        let p = placement();
+        let none = ColdWriteAdmission::default();
+        self.now += 10;
+        match what {
+            Step::Create(s) => {
+                let mut r = CreateStreamRequest::new(stream(s), CT);
+                r.now_ms = self.now;
+                self.acks.uncertain.insert(s);
+                self.engine
+                    .create_stream(r, p, none)
+                    .await
+                    .map_err(|e| format!("create: {e}"))?;
+                self.acks.live.insert(s, true);
+                self.acks.uncertain.remove(&s);
+                Ok(())
+            }
+            Step::Append(s, len) => self.append(s, bytes_of(step, len)).await,
+            Step::Batch(s) => self.batch(s, step).await,
+            Step::Flush(s) => {
+                let id = stream(s);
+                let flushed = self.engine.flush_stream_cold(&id, 2000, p).await;
+                flushed.map(drop).map_err(|e| format!("flush: {e}"))
+            }
+            Step::Compact(s) => {
+                let id = stream(s);
+                let compacted = self.engine.compact_stream_cold(&id, 1 << 20, 8, 0, p);
+                compacted
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("compact: {e}"))
+            }
+            Step::Checkpoint(s) => self.checkpoint(s).await,
+            Step::Delete(s) => {
+                self.acks.uncertain.insert(s);
+                let r = DeleteStreamRequest {
+                    stream_id: stream(s),
+                };
+                self.engine
+                    .delete_stream(r, p)
+                    .await
+                    .map_err(|e| format!("delete: {e}"))?;
+                self.acks.live.insert(s, false);
+                self.acks.uncertain.remove(&s);
+                self.acks.appended.retain(|(x, _), _| *x != s);
+                self.acks.retained.remove(&s);
+                Ok(())
+            }
+            Step::Close(s) => {
+                let r = CloseStreamRequest {
+                    stream_id: stream(s),
+                    stream_seq: None,
+                    producer: None,
+                    now_ms: self.now,
+                };
+                let closed = self.engine.close_stream(r, p).await;
+                closed.map(drop).map_err(|e| format!("close: {e}"))
+            }
+            Step::Gc => {
+                let gc = self.engine.run_cold_gc(u64::MAX, 64, p).await;
+                gc.map(drop).map_err(|e| format!("gc: {e}"))
+            }
+            Step::Sweep => {
+                let swept = self.engine.sweep_orphan_objects().await;
+                swept.map(drop).map_err(|e| format!("sweep: {e}"))
+            }
+        }
+    }
+}
+
+/// Stream commands and cold work on one group.
+pub struct Group;
+
+impl Workload for Group {
+    type Acks = GroupAcks;
+
+    fn name(&self) -> &'static str {
+        "group engine and cold tier"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut GroupAcks, between: &dyn Fn()) {
+        let mut opened = None;
+        for _ in 0..2 {
+            let attempt = Store::open_with(&disk.root, disk.options()).and_then(|s| {
+                open_engine(&s)
+                    .map(|e| (s, e))
+                    .map_err(|e| strata::StoreError::Invalid(e.to_string()))
+            });
+            match attempt {
+                Ok(pair) => {
+                    opened = Some(pair);
+                    break;
+                }
+                Err(_) if disk.dead() => return,
+                Err(e) => acks.tally.failed(e),
+            }
+        }
+        let Some((store, mut engine)) = opened else {
+            return;
+        };
+        let rt = runtime();
+        let steps = script();
+        let half = steps.len() / 2;
+        rt.block_on(async {
+            let mut runner = Runner {
+                engine: &mut engine,
+                acks,
+                now: 1_000,
+            };
+            for (i, what) in steps.into_iter().enumerate() {
+                if disk.dead() {
+                    return;
+                }
+                if i == half {
+                    between();
+                    runner.acks.tally.halfway = true;
+                }
+                // A client retries a failed command once (a single injected fault is gone by
+                // then; a power cut is not).
+                if let Err(e) = runner.run(i, what).await {
+                    runner.acks.tally.failed(e);
+                    if !disk.dead() {
+                        if let Err(e) = runner.run(i, what).await {
+                            runner.acks.tally.failed(e);
+                        }
+                    }
+                }
+            }
+            let probe = bytes_of(99, 50);
+            let first = runner.append(0, probe.clone()).await;
+            let probed = match first {
+                Ok(()) => true,
+                Err(e) => {
+                    runner.acks.tally.messages.push(format!("probe: {e}"));
+                    runner.append(0, probe).await.is_ok()
+                }
+            };
+            runner.acks.tally.probe_ok = probed && !disk.dead();
+        });
+        drop(engine);
+        let _ = store.close_blocking();
+    }
+
+    fn check(&self, root: &Path, acks: &GroupAcks) {
+        let (disk, store) = open_image(root);
+        let mut engine = open_engine(&store).expect("the group opens");
+        let rt = runtime();
+        rt.block_on(check_streams(&mut engine, acks));
+        let report = rt.block_on(engine.verify());
+        assert!(report.is_clean(), "group verify: {:?}", report.findings);
+        drop(engine);
+        verify_clean(&disk, store);
+    }
+
+    fn outcome(&self, acks: &GroupAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+
+    fn messages(&self, acks: &GroupAcks) -> Vec<String> {
+        acks.tally.messages.clone()
+    }
+}
+
+async fn check_streams(engine: &mut DiskGroupEngine, acks: &GroupAcks) {
+    let p = placement();
+    for (&s, &live) in &acks.live {
+        let head = HeadStreamRequest {
+            stream_id: stream(s),
+            now_ms: 1_000_000,
+        };
+        let found = engine.head_stream(head, p).await;
+        if acks.uncertain.contains(&s) {
+            continue;
+        }
+        match (&found, live) {
+            (Ok(_), true) => {}
+            (Err(e), false) if e.code() == Some(StreamErrorCode::StreamNotFound) => {}
+            _ => panic!("stream s{s}: acknowledged live={live}, found {found:?}"),
+        }
+    }
+    for (&(s, start), bytes) in &acks.appended {
+        if acks.retained.get(&s).is_some_and(|&r| start < r) || acks.uncertain.contains(&s) {
+            continue;
+        }
+        let read = ReadStreamRequest {
+            stream_id: stream(s),
+            offset: start,
+            max_len: bytes.len(),
+            now_ms: 1_000_000,
+            record: None,
+            max_records: None,
+        };
+        let got = engine.read_stream(read, p).await.map(|r| r.payload);
+        assert_eq!(
+            got.as_deref().ok(),
+            Some(&bytes[..]),
+            "stream s{s}: acknowledged bytes at {start} lost ({got:?})"
+        );
+    }
+}
