@@ -746,3 +746,97 @@ async fn records_held_after_retention_pin_their_segment_and_say_how_much() {
         "dropping the records frees the space"
     );
 }
+
+/// A small tmpfs mounted for this test (as root), unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a `size` tmpfs, or says why it cannot (not root, no mount permission). With
+    /// `STRATA_REQUIRE_TMPFS=1` (set by `.ci/run`) not being able to is a failure.
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            assert!(
+                std::env::var("STRATA_REQUIRE_TMPFS").is_err(),
+                "could not mount a tmpfs (run as root)"
+            );
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return None;
+        }
+        Some(Tmpfs { dir })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_full_disk_answers_no_space_and_the_log_recovers_once_space_is_freed() {
+    let Some(tmpfs) = Tmpfs::mount("3m") else {
+        return;
+    };
+    let root = tmpfs.dir.path().join("store");
+    let filler = tmpfs.dir.path().join("filler");
+    std::fs::write(&filler, vec![0u8; 1 << 20]).unwrap();
+    let options = LogOptions {
+        segment_bytes: 256 << 10,
+        ..LogOptions::default()
+    };
+    let mut acked = Vec::new();
+    {
+        let store = Store::open(&root).unwrap();
+        let log = store.open_log("full", 1, options.clone()).unwrap();
+        let record = |i: usize| vec![NewRecord::value(1, Bytes::from(vec![i as u8; 8000]))];
+        let mut refused = 0;
+        for i in 0..1000 {
+            match log.append(0, record(i)).await {
+                Ok((offset, _)) => acked.push((offset, i as u8)),
+                Err(StoreError::NoSpace { .. }) => {
+                    refused += 1;
+                    if refused == 3 {
+                        break;
+                    }
+                }
+                Err(other) => panic!("a full disk must be a typed error, got {other}"),
+            }
+        }
+        assert_eq!(refused, 3, "the disk filled up");
+        std::fs::remove_file(&filler).unwrap();
+        for i in 0..20 {
+            let (offset, _) = log.append(0, record(200 + i)).await.expect("space is back");
+            acked.push((offset, (200 + i) as u8));
+        }
+        store.close_blocking().unwrap();
+    }
+    let store = Store::open(&root).unwrap();
+    let log = store.open_log("full", 1, options).unwrap();
+    for (offset, byte) in &acked {
+        let page = log.read(0, *offset, 1).unwrap();
+        assert_eq!(page.records[0].offset, *offset);
+        assert_eq!(
+            page.records[0].value.as_ref().unwrap()[0],
+            *byte,
+            "offset {offset}"
+        );
+    }
+    assert_eq!(
+        log.high_water_mark(0).unwrap(),
+        acked.len() as i64,
+        "dense, nothing half there"
+    );
+    store.close_blocking().unwrap();
+    drop(store);
+    assert!(strata::tools::verify_store(&root).unwrap().is_clean());
+}

@@ -20,7 +20,7 @@ mod power_cut {
 
 use power_cut::coordination_paths::Coordination;
 use power_cut::group_paths::Group;
-use power_cut::harness::{explore, fail_each_operation, fill_disk};
+use power_cut::harness::{explore, explore_random, fail_each_operation, fill_disk};
 use power_cut::log_paths::{Appends, Compaction, Manifest, Retention};
 use strata::fs::OpKinds;
 
@@ -85,4 +85,13 @@ fn group_commands_answer_each_failed_operation_and_recover_from_a_full_disk() {
     for budget in [8 << 10, 64 << 10, 512 << 10] {
         fill_disk(&Group, budget);
     }
+}
+
+#[test]
+fn every_write_path_survives_power_cuts_at_random_operations() {
+    explore_random(&Appends, 24);
+    explore_random(&Retention, 12);
+    explore_random(&Compaction, 24);
+    explore_random(&Coordination, 12);
+    explore_random(&Group, 24);
 }

@@ -110,6 +110,8 @@ struct State {
     grown: u64,
     /// Why the power is off, once it is.
     crashed: Option<String>,
+    /// How long each sync takes (a slow disk); default zero.
+    sync_delay: std::time::Duration,
 }
 
 impl State {
@@ -191,6 +193,7 @@ impl FaultFs {
                 totals: [0; 8],
                 grown: 0,
                 crashed: None,
+                sync_delay: std::time::Duration::ZERO,
             })),
             root: root.to_path_buf(),
         })
@@ -225,6 +228,19 @@ impl FaultFs {
             .filter(|k| kinds.0 & (1 << k) != 0)
             .map(|k| state.totals[k as usize])
             .sum()
+    }
+
+    /// Makes every file, directory and native-engine sync take `delay` (a slow disk), so tests
+    /// can see who waits for syncs. The wait happens outside the layer's lock.
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        self.lock().sync_delay = delay;
+    }
+
+    fn sync_pause(state: &Mutex<State>) {
+        let delay = state.lock().unwrap_or_else(|p| p.into_inner()).sync_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
     }
 
     /// Why the power is off, if a [`FaultPlan::CrashAt`] fired.
@@ -335,6 +351,7 @@ impl FileSystem for FaultFs {
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        Self::sync_pause(&self.state);
         let mut state = self.lock();
         state.admit(OpKind::DirSync, path)?;
         let ino = state
@@ -415,6 +432,7 @@ impl FileSystem for FaultFs {
     }
 
     fn external_sync(&self, path: &Path) -> io::Result<()> {
+        Self::sync_pause(&self.state);
         self.lock().admit(OpKind::ExternalSync, path)
     }
 }
@@ -476,6 +494,7 @@ impl FaultFile {
     }
 
     fn synced(&self) -> io::Result<()> {
+        FaultFs::sync_pause(&self.state);
         let mut state = self.lock();
         let what = self.what(&state);
         state.admit(OpKind::Sync, &what)?;

@@ -258,6 +258,11 @@ impl DiskGroupEngine {
         &self.cold_ns
     }
 
+    /// The partition of the payload log that holds stream `id`'s hot bytes (fixed forever).
+    pub fn payload_partition(id: &BucketStreamId) -> u32 {
+        PayloadLog::partition_for(id)
+    }
+
     /// The commit index: mutating outcomes applied so far.
     pub fn commit_index(&self) -> u64 {
         self.state.commit_index

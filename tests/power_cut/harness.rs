@@ -162,6 +162,40 @@ fn check_image<W: Workload>(w: &W, image: &Path, acks: &W::Acks, context: &str) 
 /// Cuts the power before every operation of `kinds` the workload performs (and once after its
 /// last), and checks a strict, a keep-all and random crash images of each cut.
 pub fn explore<W: Workload>(w: &W, kinds: OpKinds) -> Coverage {
+    let total = dry_run(w, kinds);
+    cut_at(w, kinds, 0..=total)
+}
+
+/// Cuts the power before `samples` operations of any kind (writes included) picked at random
+/// (seeded by [`base_seed`]); the long version cuts before every operation.
+pub fn explore_random<W: Workload>(w: &W, samples: u64) -> Coverage {
+    let total = dry_run(w, OpKinds::ALL);
+    let long = random_images_per_point() > 3;
+    let mut state = base_seed() ^ 0xA5A5_5A5A;
+    let mut points: Vec<u64> = if long {
+        (0..total).collect()
+    } else {
+        (0..samples)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (state >> 33) % total.max(1)
+            })
+            .collect()
+    };
+    points.sort_unstable();
+    points.dedup();
+    println!(
+        "{}: random crash points {points:?} (seed {})",
+        w.name(),
+        base_seed()
+    );
+    cut_at(w, OpKinds::ALL, points)
+}
+
+/// Runs the workload once without faults; returns how many operations of `kinds` it made.
+fn dry_run<W: Workload>(w: &W, kinds: OpKinds) -> u64 {
     let dry = Disk::new();
     let mut acks = W::Acks::default();
     w.run(&dry, &mut acks, &|| {});
@@ -172,8 +206,14 @@ pub fn explore<W: Workload>(w: &W, kinds: OpKinds) -> Coverage {
         w.name()
     );
     check_image(w, &dry.root, &acks, "without a power cut");
+    total
+}
+
+/// Cuts the power before each operation number in `points` (counting `kinds`) and checks the
+/// crash images.
+fn cut_at<W: Workload>(w: &W, kinds: OpKinds, points: impl IntoIterator<Item = u64>) -> Coverage {
     let mut coverage = Coverage::default();
-    for n in 0..=total {
+    for n in points {
         let disk = Disk::new();
         disk.fs.set_plan(FaultPlan::CrashAt { n, kinds });
         let mut acks = W::Acks::default();
