@@ -29,8 +29,10 @@
 //! # }
 //! ```
 //!
-//! Layout: [`segment`] (pure codec, writer, mmap reader, index, recovery), [`log`] (partitions,
-//! group commit, retention, compaction), [`store`] (directory lock and MANIFEST),
+//! Layout: [`fs`] (the file layer every file operation goes through: the real file system, and a
+//! fault-injecting one that can cut the power and write crash images), [`segment`] (pure codec,
+//! writer, mmap reader, index, recovery), [`log`] (partitions, group commit, retention,
+//! compaction, maintenance), [`store`] (directory lock and MANIFEST),
 //! [`event_log`] and [`coordination`] (the seams), [`tools`] (inspect, verify, dump, bench).
 
 #![deny(missing_docs)]
