@@ -3,7 +3,6 @@
 //! `DiskGroupEngineFactory`, and serves creates, appends and reads from them.
 #![cfg(feature = "ursula")]
 
-mod common;
 mod s3_harness;
 
 use std::collections::HashSet;
