@@ -1,5 +1,7 @@
 //! Conformance of `DiskEventLog` to every `MetadataEventLog` guarantee in shared/SEAMS.md.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -577,14 +579,9 @@ async fn a_group_with_one_bad_event_publishes_nothing_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sync_is_not_reported_as_nothing_appended_and_heals() {
-    use strata::fs::{FaultFs, FaultPlan, OpKind, OpKinds};
+    use strata::fs::{FaultPlan, OpKind, OpKinds};
     let dir = tempfile::tempdir().unwrap();
-    let fs = FaultFs::new(dir.path()).unwrap();
-    let store = Store::open_with(
-        dir.path(),
-        strata::StoreOptions::default().with_fs(fs.shared()),
-    )
-    .unwrap();
+    let (fs, store) = common::fault_store(dir.path());
     let log = DiskEventLog::new(store.open_log("meta", 1, LogOptions::default()).unwrap());
     fs.set_plan(FaultPlan::FailAt {
         n: 0,

@@ -4,6 +4,8 @@
 //! executor on syncs.
 #![cfg(feature = "ursula")]
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use bytes::Bytes;
 use strata::cold::ColdStore;
 use strata::group::{DiskGroupEngine, GroupOptions};
 use strata::log::RetentionPolicy;
-use strata::{Durability, LogOptions, Store, StoreOptions};
+use strata::{Durability, LogOptions, Store};
 use ursula_runtime::{
     AppendRequest, ColdWriteAdmission, CreateStreamRequest, GroupEngine, PublishSnapshotRequest,
     ReadSnapshotRequest, ReadStreamRequest,
@@ -274,10 +276,8 @@ fn commands_do_not_hold_the_executor_while_they_sync() {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let fs = strata::fs::FaultFs::new(dir.path()).unwrap();
-    let store = Arc::new(
-        Store::open_with(dir.path(), StoreOptions::default().with_fs(fs.shared())).unwrap(),
-    );
+    let (fs, store) = common::fault_store(dir.path());
+    let store = Arc::new(store);
     let cold = ColdStore::local_with_fs(store.fs().clone(), &dir.path().join("cold")).unwrap();
     let mut engine = DiskGroupEngine::open(&store, "safe", cold, GroupOptions::default()).unwrap();
     let id = BucketStreamId::new("tenant", "slow");

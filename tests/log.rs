@@ -1,6 +1,8 @@
 //! The partition log under the seam: store lock and manifest, segment rolling, group commit,
 //! durability modes, compression, retention, keyed compaction and reopen.
 
+mod common;
+
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -618,14 +620,9 @@ async fn an_append_with_one_bad_record_writes_none_of_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_during_a_roll_recovers_by_itself_once_space_returns() {
-    use strata::fs::{FaultFs, FaultPlan};
+    use strata::fs::FaultPlan;
     let dir = tempfile::tempdir().unwrap();
-    let fs = FaultFs::new(dir.path()).unwrap();
-    let store = Store::open_with(
-        dir.path(),
-        strata::StoreOptions::default().with_fs(fs.shared()),
-    )
-    .unwrap();
+    let (fs, store) = common::fault_store(dir.path());
     let options = LogOptions {
         segment_bytes: 4096,
         ..LogOptions::default()
@@ -660,14 +657,9 @@ async fn a_full_disk_during_a_roll_recovers_by_itself_once_space_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_partition_does_not_stop_maintenance_of_the_others_and_is_reported() {
-    use strata::fs::{FaultFs, FaultPlan, OpKind, OpKinds};
+    use strata::fs::{FaultPlan, OpKind, OpKinds};
     let dir = tempfile::tempdir().unwrap();
-    let fs = FaultFs::new(dir.path()).unwrap();
-    let store = Store::open_with(
-        dir.path(),
-        strata::StoreOptions::default().with_fs(fs.shared()),
-    )
-    .unwrap();
+    let (fs, store) = common::fault_store(dir.path());
     let options = LogOptions {
         segment_bytes: 4096,
         retention: RetentionPolicy {

@@ -8,6 +8,7 @@ use std::time::Duration;
 /// Runs the ignored test `child` of the current test binary with `env`, sends it SIGKILL after
 /// `run_for`, and returns the lines it printed completely (a kill may cut the last one; a cut
 /// line is not a complete acknowledgement and is dropped).
+#[allow(dead_code)]
 pub fn run_and_kill(child: &str, env: &[(&str, String)], run_for: Duration) -> Vec<String> {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut process = Command::new(exe)
@@ -40,4 +41,13 @@ pub fn run_and_kill(child: &str, env: &[(&str, String)], run_for: Duration) -> V
     process.kill().expect("SIGKILL the child");
     process.wait().expect("reap the child");
     reader.join().expect("the reader thread")
+}
+
+/// A store on the fault-injecting file layer over `dir`, with the layer to steer it.
+#[allow(dead_code)]
+pub fn fault_store(dir: &std::path::Path) -> (strata::fs::FaultFs, strata::Store) {
+    let fs = strata::fs::FaultFs::new(dir).expect("the fault layer");
+    let options = strata::StoreOptions::default().with_fs(fs.shared());
+    let store = strata::Store::open_with(dir, options).expect("a store on the fault layer");
+    (fs, store)
 }
