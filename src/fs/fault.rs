@@ -16,9 +16,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::image::{write_image, CrashMode, ImageReport};
-use super::real::{allocate_real, kind_real, map_real, open_real};
+use super::real::{allocate_real, kind_real, map_real, open_real, RealMap};
 use super::tree::{DirNode, Ino, Node, Tree};
-use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, OpenMode};
+use super::{
+    DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, WritableMap,
+};
 
 /// A kind of operation the plan can count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,7 +270,7 @@ impl FaultFs {
         Arc::new(FaultFile {
             state: self.state.clone(),
             ino,
-            file,
+            file: Arc::new(file),
         })
     }
 }
@@ -458,7 +460,7 @@ impl FaultFs {
 struct FaultFile {
     state: Arc<Mutex<State>>,
     ino: Ino,
-    file: File,
+    file: Arc<File>,
 }
 
 impl FaultFile {
@@ -509,13 +511,13 @@ impl FaultFile {
 impl FileHandle for FaultFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.lock().check_alive()?;
-        std::os::unix::fs::FileExt::read_at(&self.file, buf, offset)
+        std::os::unix::fs::FileExt::read_at(&*self.file, buf, offset)
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let end = offset + buf.len() as u64;
         let _state = self.change(OpKind::Write, offset, end, end)?;
-        std::os::unix::fs::FileExt::write_all_at(&self.file, buf, offset)
+        std::os::unix::fs::FileExt::write_all_at(&*self.file, buf, offset)
     }
 
     fn len(&self) -> io::Result<u64> {
@@ -553,5 +555,41 @@ impl FileHandle for FaultFile {
             Err(std::fs::TryLockError::WouldBlock) => Ok(false),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+
+    fn map_writable(&self, populate: bool) -> io::Result<MapRef> {
+        self.lock().check_alive()?;
+        Ok(Arc::new(FaultMap {
+            map: RealMap::map(&self.file, populate)?,
+            handle: FaultFile {
+                state: self.state.clone(),
+                ino: self.ino,
+                file: self.file.clone(),
+            },
+        }))
+    }
+}
+
+/// A writable mapping of a [`FaultFs`] file: each write is an operation the plan counts, and
+/// the durable bytes it overwrites are saved first, as for a positioned write.
+#[derive(Debug)]
+struct FaultMap {
+    map: RealMap,
+    handle: FaultFile,
+}
+
+impl WritableMap for FaultMap {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn write(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        let (start, end) = (offset as u64, (offset + bytes.len()) as u64);
+        let _state = self.handle.change(OpKind::Write, start, end, end)?;
+        self.map.write(offset, bytes)
+    }
+
+    fn view(&self, len: usize) -> Bytes {
+        self.map.view(len)
     }
 }

@@ -31,13 +31,34 @@ use crate::error::{IoContext, StoreResult};
 
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
-pub use real::RealFs;
+pub use real::{RealFs, RealMap};
 
 /// A shared file system handle.
 pub type Fs = Arc<dyn FileSystem>;
 
 /// A shared open file.
 pub type FileRef = Arc<dyn FileHandle>;
+
+/// A shared writable mapping.
+pub type MapRef = Arc<dyn WritableMap>;
+
+/// A writable shared mapping of a file's `[0, len)`: the way Strata appends without a system
+/// call per append. Every change goes through [`WritableMap::write`] (so the fault layer sees
+/// it), and becomes durable with the file's `sync_data` like any written byte.
+pub trait WritableMap: Send + Sync + std::fmt::Debug {
+    /// Length of the mapping.
+    fn len(&self) -> usize;
+    /// Copies `bytes` into the mapping at `offset` (`offset + bytes.len() <= len()`).
+    fn write(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
+    /// The mapping's `[0, len)` as read-only bytes. The caller guarantees that nothing in that
+    /// range is written while the returned bytes (or any slice of them) live.
+    fn view(&self, len: usize) -> Bytes;
+
+    /// True when the mapping is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// How [`FileSystem::open`] opens a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +149,11 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     /// Takes an exclusive advisory lock on the file without waiting; false when another open
     /// file description holds it.
     fn try_lock(&self) -> io::Result<bool>;
+    /// A writable shared mapping of the file's current `[0, len)` (its pages faulted in up
+    /// front when `populate` is set). The file must never be cut while the mapping lives, and
+    /// its blocks must be allocated ([`FileHandle::allocate`]) so a write never faults for
+    /// lack of space.
+    fn map_writable(&self, populate: bool) -> io::Result<MapRef>;
 
     /// True when the file is empty.
     fn is_empty(&self) -> io::Result<bool> {

@@ -5,10 +5,12 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use bytes::Bytes;
-use memmap2::Mmap;
+use std::sync::Arc;
 
-use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, OpenMode};
+use bytes::Bytes;
+use memmap2::{Mmap, MmapOptions, MmapRaw};
+
+use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, WritableMap};
 
 /// The real file system (the default under every store).
 #[derive(Debug, Default, Clone, Copy)]
@@ -105,6 +107,76 @@ pub(super) fn map_real(file: &File) -> io::Result<Bytes> {
     Ok(Bytes::from_owner(map))
 }
 
+/// A writable shared mapping of a real file.
+#[derive(Debug, Clone)]
+pub struct RealMap {
+    raw: Arc<MmapRaw>,
+}
+
+impl RealMap {
+    /// Maps `file` writable and shared (populating its pages when asked).
+    pub fn map(file: &File, populate: bool) -> io::Result<Self> {
+        let mut options = MmapOptions::new();
+        if populate {
+            options.populate();
+        }
+        Ok(Self {
+            raw: Arc::new(options.map_raw(file)?),
+        })
+    }
+}
+
+/// The owner of a read-only view of a [`RealMap`]'s prefix.
+struct MapView {
+    raw: Arc<MmapRaw>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for MapView {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `len <= raw.len()` (checked by `view`), so the range lies inside the live
+        // mapping, which `raw` keeps alive. Strata only views prefixes it has published and never
+        // writes into a published prefix again (appends go past it; a rollback or recovery only
+        // touches bytes never published), so the bytes do not change while this slice lives.
+        unsafe { std::slice::from_raw_parts(self.raw.as_ptr(), self.len) }
+    }
+}
+
+impl WritableMap for RealMap {
+    fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    fn write(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        let end = offset
+            .checked_add(bytes.len())
+            .filter(|end| *end <= self.raw.len())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write past the mapping"))?;
+        debug_assert!(end <= self.raw.len());
+        // SAFETY: `[offset, end)` lies inside the live mapping (checked above). The file's blocks
+        // are allocated (callers preallocate before mapping), so the store cannot fault for lack
+        // of space, and the file is never cut while mapped. No view covers these bytes: views are
+        // of published prefixes, and writers only write past them, one writer at a time (the
+        // partition's lock).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.raw.as_mut_ptr().add(offset),
+                bytes.len(),
+            );
+        }
+        Ok(())
+    }
+
+    fn view(&self, len: usize) -> Bytes {
+        assert!(len <= self.raw.len(), "a view past the mapping");
+        Bytes::from_owner(MapView {
+            raw: self.raw.clone(),
+            len,
+        })
+    }
+}
+
 impl FileSystem for RealFs {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<FileRef> {
         Ok(std::sync::Arc::new(RealFile::new(open_real(path, mode)?)))
@@ -186,5 +258,9 @@ impl FileHandle for RealFile {
             Err(std::fs::TryLockError::WouldBlock) => Ok(false),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+
+    fn map_writable(&self, populate: bool) -> io::Result<MapRef> {
+        Ok(Arc::new(RealMap::map(&self.file, populate)?))
     }
 }
