@@ -72,7 +72,9 @@ pub fn manifest_round_trip(data: &[u8]) {
 pub fn segment_scan(data: &[u8]) {
     let base = decode_segment_header(data).unwrap_or(0);
     let start = SEGMENT_HEADER_LEN.min(data.len()) as u64;
-    let scan = scan_segment(data, SegmentIndex::empty(base), start, 64);
+    let preallocated =
+        crate::segment::decode_segment_header_full(data).is_ok_and(|h| h.preallocated);
+    let scan = scan_segment(data, SegmentIndex::empty(base), start, (64, preallocated));
     assert!(scan.index.segment_len <= data.len() as u64);
     if data.len() >= SEGMENT_HEADER_LEN {
         let valid = &data[..scan.index.segment_len as usize];

@@ -46,11 +46,28 @@ fn segment(dir: &Path, base: i64) -> PathBuf {
     dir.join("logs/l/0").join(format!("{base:020}.seg"))
 }
 
+/// Length of a segment's data, as its index (written at seal or at close) says: the file itself
+/// is preallocated and longer.
+fn data_len(dir: &Path, base: i64) -> usize {
+    let index = std::fs::read(dir.join("logs/l/0").join(format!("{base:020}.idx"))).unwrap();
+    strata::segment::SegmentIndex::decode(&index)
+        .unwrap()
+        .segment_len as usize
+}
+
 /// Writes three batches into a sealed segment 0 and one into the active segment.
+/// Small segments, so tests that rewrite whole files stay fast.
+fn small() -> LogOptions {
+    LogOptions {
+        segment_bytes: 4096,
+        ..LogOptions::default()
+    }
+}
+
 fn build(dir: &Path) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let (_s, log) = open(dir, LogOptions::default()).unwrap();
+        let (_s, log) = open(dir, small()).unwrap();
         log.append(0, records(3, "a")).await.unwrap();
         log.append(0, records(2, "b")).await.unwrap();
         log.append(0, records(4, "c")).await.unwrap();
@@ -66,8 +83,10 @@ fn every_flipped_byte_of_a_segment_is_caught_and_named() {
     build(dir.path());
     let path = segment(dir.path(), 0);
     let original = std::fs::read(&path).unwrap();
-    assert!(original.len() > 200);
-    for i in 0..original.len() {
+    let len = data_len(dir.path(), 0);
+    assert!(len > 200);
+    // Every byte of the data, and the zero tail's first batch header (what says "the end").
+    for i in 0..len + 8 {
         let mut damaged = original.clone();
         damaged[i] ^= 0x01;
         std::fs::write(&path, &damaged).unwrap();
@@ -119,13 +138,21 @@ fn damage_inside_the_last_segment_is_an_error_naming_the_batch_unless_salvaging(
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[third as usize + 60] ^= 0x80;
     std::fs::write(&path, &bytes).unwrap();
-    match open(dir.path(), LogOptions::default()) {
+    let expect_third = |outcome: Result<usize, StoreError>| match outcome {
         Err(StoreError::Corrupt { file, offset, .. }) => {
             assert_eq!(file, path);
             assert_eq!(offset, third);
         }
         other => panic!("expected corruption, got {other:?}"),
-    }
+    };
+    // After a clean close the segment is not rescanned at open: its CRCs catch the damage on
+    // the first read.
+    expect_third(
+        open(dir.path(), LogOptions::default()).and_then(|(_s, log)| read_everything(&log)),
+    );
+    // After an unclean shutdown (no clean marker) the open scan finds it, and cuts nothing.
+    std::fs::remove_file(dir.path().join("logs/l/CLEAN")).unwrap();
+    expect_third(open(dir.path(), LogOptions::default()).map(|_| 0));
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing was cut");
     let salvage = LogOptions {
         recovery: RecoveryMode::Salvage,
@@ -134,10 +161,8 @@ fn damage_inside_the_last_segment_is_an_error_naming_the_batch_unless_salvaging(
     let (_s, log) = open(dir.path(), salvage).unwrap();
     assert_eq!(log.high_water_mark(0).unwrap(), 4);
     assert_eq!(read_everything(&log).unwrap(), 4);
-    assert_eq!(
-        log.recovery_report()[0].truncated_bytes,
-        bytes.len() as u64 - third
-    );
+    let end = strata::segment::nonzero_end(&bytes) as u64;
+    assert_eq!(log.recovery_report()[0].truncated_bytes, end - third);
 }
 
 #[test]
@@ -146,10 +171,10 @@ fn a_torn_tail_is_cut_and_every_acknowledged_record_survives() {
     build(dir.path());
     let path = segment(dir.path(), 9);
     let clean = std::fs::read(&path).unwrap();
-    // A batch whose write was cut short, and zero-filled blocks after it.
+    let end = data_len(dir.path(), 9);
+    // A batch whose write was cut short, right after the data (zeros follow, as preallocated).
     let mut torn = clean.clone();
-    torn.extend_from_slice(&clean[32..32 + 40]);
-    torn.extend_from_slice(&[0u8; 4096]);
+    torn[end..end + 40].copy_from_slice(&clean[32..32 + 40]);
     std::fs::write(&path, &torn).unwrap();
 
     let strict = LogOptions {
@@ -157,16 +182,14 @@ fn a_torn_tail_is_cut_and_every_acknowledged_record_survives() {
         ..LogOptions::default()
     };
     assert!(
-        matches!(open(dir.path(), strict), Err(StoreError::Corrupt { offset, .. }) if offset == clean.len() as u64)
+        matches!(open(dir.path(), strict), Err(StoreError::Corrupt { offset, .. }) if offset == end as u64)
     );
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let (_s, log) = open(dir.path(), LogOptions::default()).unwrap();
-        assert_eq!(
-            log.recovery_report()[0].truncated_bytes,
-            (torn.len() - clean.len()) as u64
-        );
+        let garbage_end = strata::segment::nonzero_end(&torn) - end;
+        assert_eq!(log.recovery_report()[0].truncated_bytes, garbage_end as u64);
         assert_eq!(read_everything(&log).unwrap(), 10);
         assert_eq!(log.append(0, records(1, "e")).await.unwrap(), (10, 10));
         assert_eq!(read_everything(&log).unwrap(), 11);
@@ -212,16 +235,23 @@ fn verify_passes_a_clean_store_and_counts_its_records() {
     assert_eq!(report.segments, 2);
 }
 
-/// Appends `rounds` of batches to the active segment with an interval durability long enough
-/// that no sync happens except where `sync_after` says; returns each batch's start.
-fn write_rounds(dir: &Path, batches: usize, sync_after: &[usize]) -> Vec<u64> {
+/// Appends `batches` batches to the active segment of a log on a fault layer, syncing only after
+/// the batches `sync_after` names, then cuts the power and returns a crash image that kept every
+/// byte written (as a kernel that wrote back everything but the sync's own confirmation), and
+/// each batch's start.
+fn crash_after_rounds(dir: &Path, batches: usize, sync_after: &[usize]) -> (PathBuf, Vec<u64>) {
+    let disk = dir.join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let fs = strata::fs::FaultFs::new(&disk).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    let starts = rt.block_on(async {
+        let options = strata::StoreOptions::default().with_fs(fs.shared());
+        let store = Store::open_with(&disk, options).unwrap();
         let buffered = LogOptions {
             durability: strata::Durability::Interval(std::time::Duration::from_secs(3600)),
             ..LogOptions::default()
         };
-        let (_s, log) = open(dir, buffered).unwrap();
+        let log = store.open_log("l", 1, buffered).unwrap();
         let mut starts = Vec::new();
         for n in 0..batches {
             starts.push(log.stats()[0].bytes);
@@ -232,9 +262,13 @@ fn write_rounds(dir: &Path, batches: usize, sync_after: &[usize]) -> Vec<u64> {
                 log.sync().await.unwrap();
             }
         }
-        log.close().await.unwrap();
+        fs.cut_power();
         starts
-    })
+    });
+    let image = dir.join("image");
+    fs.write_crash_image(&image, strata::fs::CrashMode::KeepAll)
+        .unwrap();
+    (image, starts)
 }
 
 /// Zeroes the bytes of the batch starting at `start` (a page the power cut never wrote).
@@ -250,13 +284,13 @@ fn a_hole_in_the_last_sync_round_is_a_torn_tail_even_with_valid_batches_after_it
     // Batches 0 and 1 synced; 2, 3 and 4 written in one round whose sync the power cut: 3 and 4
     // reached the disk, 2 did not. Nothing of that round was acknowledged: cut at 2.
     let dir = tempfile::tempdir().unwrap();
-    let starts = write_rounds(dir.path(), 5, &[1]);
-    let path = segment(dir.path(), 0);
+    let (image, starts) = crash_after_rounds(dir.path(), 5, &[1]);
+    let path = segment(&image, 0);
     zero_batch(&path, starts[2]);
-    let (_s, log) = open(dir.path(), LogOptions::default()).expect("an ordinary torn tail opens");
+    let (_s, log) = open(&image, LogOptions::default()).expect("an ordinary torn tail opens");
     assert_eq!(log.high_water_mark(0).unwrap(), 2, "cut at the hole");
     assert_eq!(read_everything(&log).unwrap(), 2);
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), starts[2]);
+    assert_eq!(log.stats()[0].bytes, starts[2]);
 }
 
 #[test]
@@ -264,15 +298,34 @@ fn a_hole_in_synced_bytes_of_the_active_segment_is_corruption() {
     // Batch 2 was synced (batch 3 was written after that sync and says so): losing it is
     // damage to acknowledged data, never a torn tail to cut.
     let dir = tempfile::tempdir().unwrap();
-    let starts = write_rounds(dir.path(), 5, &[1, 2]);
-    let path = segment(dir.path(), 0);
+    let (image, starts) = crash_after_rounds(dir.path(), 5, &[1, 2]);
+    let path = segment(&image, 0);
     zero_batch(&path, starts[2]);
-    match open(dir.path(), LogOptions::default()) {
+    match open(&image, LogOptions::default()) {
         Err(StoreError::Corrupt { file, offset, .. }) => {
             assert_eq!((file, offset), (path.clone(), starts[2]));
         }
         other => panic!("expected corruption at batch 2, got {other:?}"),
     }
-    let report = strata::tools::verify_store(dir.path()).unwrap();
+    let report = strata::tools::verify_store(&image).unwrap();
     assert!(!report.is_clean(), "verify reports it too: {report:?}");
+}
+
+#[test]
+fn damage_below_what_a_checkpoint_recorded_is_corruption_even_with_nothing_after_it() {
+    // A clean close records the durable length in the index: a later bit flip in the last
+    // batch cannot pass for an unsynced tail.
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path());
+    let path = segment(dir.path(), 9);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let end = data_len(dir.path(), 9);
+    bytes[end - 3] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    // As after an unclean shutdown: the open scan runs.
+    std::fs::remove_file(dir.path().join("logs/l/CLEAN")).unwrap();
+    assert!(matches!(
+        open(dir.path(), LogOptions::default()),
+        Err(StoreError::Corrupt { .. })
+    ));
 }

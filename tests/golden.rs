@@ -170,15 +170,68 @@ fn zstd_batch_decodes_to_the_same_records() {
 }
 
 #[test]
-fn segment_header_v1_matches_its_golden_bytes_and_the_spec() {
-    let b = vector("segment_header_v1.bin", &encode_segment_header(5));
+fn segment_header_v2_matches_its_golden_bytes_and_the_spec() {
+    let b = vector("segment_header_v2.bin", &encode_segment_header(5));
     assert_eq!(&b[0..8], b"STRATSEG");
-    assert_eq!(u32_at(&b, 8), 1);
-    assert_eq!(u32_at(&b, 12), 0);
+    assert_eq!(u32_at(&b, 8), 2, "version");
+    assert_eq!(u32_at(&b, 12), 1, "flags: preallocated");
     assert_eq!(i64_at(&b, 16), 5);
     assert_eq!(u32_at(&b, 24), crc32fast::hash(&b[0..24]));
     assert_eq!(u32_at(&b, 28), 0);
+    let header = strata::segment::decode_segment_header_full(&b).unwrap();
+    assert_eq!(
+        (header.base_offset, header.version, header.preallocated),
+        (5, 2, true)
+    );
+    // Version 1 (not preallocated, data to the file's end) is still read.
+    let v1 = read_only_vector("segment_header_v1.bin");
+    assert_eq!((u32_at(&v1, 8), u32_at(&v1, 12)), (1, 0));
+    let header = strata::segment::decode_segment_header_full(&v1).unwrap();
+    assert_eq!(
+        (header.base_offset, header.version, header.preallocated),
+        (5, 1, false)
+    );
     assert_eq!(decode_segment_header(&b), Ok(5));
+}
+
+#[test]
+fn journal_v1_header_and_frame_match_their_golden_bytes_and_the_spec() {
+    use strata::log::{
+        decode_frame, decode_journal_header, encode_frame_header, encode_journal_header,
+    };
+    let b = vector("journal_header_v1.bin", &encode_journal_header(3));
+    assert_eq!(&b[0..8], b"STRATJNL");
+    assert_eq!(u32_at(&b, 8), 1, "version");
+    assert_eq!(u32_at(&b, 12), 0, "flags");
+    assert_eq!(i64_at(&b, 16), 3, "seq");
+    assert_eq!(u32_at(&b, 24), crc32fast::hash(&b[0..24]));
+    assert_eq!(decode_journal_header(&b), Ok(3));
+    let batch = vector(
+        "batch_v2.bin",
+        &std::fs::read(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("format/vectors/batch_v2.bin"),
+        )
+        .unwrap(),
+    );
+    let mut frame = encode_frame_header(3, 2, 4096, &batch).to_vec();
+    frame.extend_from_slice(&batch);
+    let f = vector("journal_frame_v1.bin", &frame);
+    assert_eq!(u32_at(&f, 0) as usize, 32 + batch.len(), "frame_len");
+    assert_eq!(
+        u32_at(&f, 4),
+        crc32fast::hash(&f[8..]),
+        "crc over everything after it"
+    );
+    assert_eq!(i64_at(&f, 8), 3, "file_seq");
+    assert_eq!(u32_at(&f, 16), 2, "partition");
+    assert_eq!(u32_at(&f, 20), 0, "reserved");
+    assert_eq!(i64_at(&f, 24), 4096, "synced_len");
+    assert_eq!(&f[32..], &batch[..], "the batch as written to its segment");
+    let decoded = decode_frame(&f, 3).unwrap();
+    assert_eq!(
+        (decoded.len, decoded.partition, decoded.synced_len),
+        (f.len(), 2, 4096)
+    );
 }
 
 #[test]

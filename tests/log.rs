@@ -784,6 +784,7 @@ async fn a_real_full_disk_answers_no_space_and_the_log_recovers_once_space_is_fr
     std::fs::write(&filler, vec![0u8; 1 << 20]).unwrap();
     let options = LogOptions {
         segment_bytes: 256 << 10,
+        journal_bytes: 256 << 10,
         ..LogOptions::default()
     };
     let mut acked = Vec::new();

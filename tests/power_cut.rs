@@ -20,7 +20,7 @@ mod power_cut {
 
 use power_cut::coordination_paths::Coordination;
 use power_cut::group_paths::Group;
-use power_cut::harness::{explore, explore_random, fail_each_operation, fill_disk};
+use power_cut::harness::{explore, explore_random, fail_each_operation, fill_disk_at_fractions};
 use power_cut::log_paths::{Appends, Compaction, Manifest, Retention};
 use strata::fs::OpKinds;
 
@@ -54,11 +54,9 @@ fn log_paths_answer_each_failed_operation_and_keep_working() {
 
 #[test]
 fn log_paths_recover_once_a_full_disk_has_space_again() {
-    for budget in [2 << 10, 20 << 10, 200 << 10, 1500 << 10] {
-        fill_disk(&Appends, budget);
-        fill_disk(&Retention, budget);
-        fill_disk(&Compaction, budget);
-    }
+    fill_disk_at_fractions(&Appends);
+    fill_disk_at_fractions(&Retention);
+    fill_disk_at_fractions(&Compaction);
 }
 
 #[test]
@@ -69,9 +67,7 @@ fn coordination_epochs_leases_and_compaction_survive_every_power_cut() {
 #[test]
 fn coordination_answers_each_failed_operation_and_recovers_from_a_full_disk() {
     fail_each_operation(&Coordination, 2);
-    for budget in [4 << 10, 64 << 10, 1 << 20] {
-        fill_disk(&Coordination, budget);
-    }
+    fill_disk_at_fractions(&Coordination);
 }
 
 #[test]
@@ -82,9 +78,7 @@ fn group_commands_and_the_cold_tier_survive_every_power_cut() {
 #[test]
 fn group_commands_answer_each_failed_operation_and_recover_from_a_full_disk() {
     fail_each_operation(&Group, 3);
-    for budget in [8 << 10, 64 << 10, 512 << 10] {
-        fill_disk(&Group, budget);
-    }
+    fill_disk_at_fractions(&Group);
 }
 
 #[test]

@@ -44,6 +44,7 @@ pub const COORDINATION_MAINTENANCE: std::time::Duration = std::time::Duration::f
 pub fn coordination_log_options() -> LogOptions {
     LogOptions {
         segment_bytes: 1 << 20,
+        journal_bytes: 4 << 20,
         compaction: CompactionPolicy {
             enabled: true,
             min_cleanable_ratio: 0.5,
@@ -103,13 +104,23 @@ impl DiskCoordination {
     /// The coordination state of `store`, opening (or creating, with `partitions` partitions)
     /// its internal log and recovering every minted epoch on first use.
     pub fn open(store: &Store, partitions: u32) -> StoreResult<Arc<Self>> {
+        Self::open_with(store, partitions, coordination_log_options())
+    }
+
+    /// [`DiskCoordination::open`] with other options for the internal log (sizes, for tests
+    /// and small deployments; keep compaction enabled so the log stays small).
+    pub fn open_with(
+        store: &Store,
+        partitions: u32,
+        options: LogOptions,
+    ) -> StoreResult<Arc<Self>> {
         store.shared(|| {
             let existing = store
                 .logs()
                 .into_iter()
                 .find(|l| l.name == COORDINATION_LOG);
             let partitions = existing.map_or(partitions, |l| l.partitions);
-            let log = store.open_log(COORDINATION_LOG, partitions, coordination_log_options())?;
+            let log = store.open_log(COORDINATION_LOG, partitions, options)?;
             let mut epochs = Epochs::default();
             for p in 0..log.partition_count() {
                 log.for_each_record(p, 0, |r| {

@@ -18,9 +18,7 @@ use bytes::Bytes;
 use super::image::{write_image, CrashMode, ImageReport};
 use super::real::{allocate_real, kind_real, map_real, open_real, RealMap};
 use super::tree::{DirNode, Ino, Node, Tree};
-use super::{
-    DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, WritableMap,
-};
+use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, WritableMap};
 
 /// A kind of operation the plan can count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +219,11 @@ impl FaultFs {
         state.plan = plan;
         state.counted = 0;
         state.grown = 0;
+    }
+
+    /// Bytes files grew by since the plan was last set (what a disk-full plan counts).
+    pub fn grown(&self) -> u64 {
+        self.lock().grown
     }
 
     /// Operations of `kinds` performed (or refused by the plan) since the layer was made.
@@ -557,10 +560,10 @@ impl FileHandle for FaultFile {
         }
     }
 
-    fn map_writable(&self, populate: bool) -> io::Result<MapRef> {
+    fn map_writable(&self, len: u64) -> io::Result<MapRef> {
         self.lock().check_alive()?;
         Ok(Arc::new(FaultMap {
-            map: RealMap::map(&self.file, populate)?,
+            map: RealMap::map(&self.file, len)?,
             handle: FaultFile {
                 state: self.state.clone(),
                 ino: self.ino,

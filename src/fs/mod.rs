@@ -149,11 +149,12 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     /// Takes an exclusive advisory lock on the file without waiting; false when another open
     /// file description holds it.
     fn try_lock(&self) -> io::Result<bool>;
-    /// A writable shared mapping of the file's current `[0, len)` (its pages faulted in up
-    /// front when `populate` is set). The file must never be cut while the mapping lives, and
-    /// its blocks must be allocated ([`FileHandle::allocate`]) so a write never faults for
-    /// lack of space.
-    fn map_writable(&self, populate: bool) -> io::Result<MapRef>;
+    /// A writable shared mapping of `[0, len)` of the file (`len` may exceed the file's current
+    /// length: the file grows into it). Only bytes inside the file may be touched through it
+    /// (past the end a page access faults), so callers allocate ([`FileHandle::allocate`]) before
+    /// they write: a full disk then fails the allocation, never a page fault. The file must never
+    /// be cut while the mapping lives.
+    fn map_writable(&self, len: u64) -> io::Result<MapRef>;
 
     /// True when the file is empty.
     fn is_empty(&self) -> io::Result<bool> {

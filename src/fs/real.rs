@@ -114,14 +114,11 @@ pub struct RealMap {
 }
 
 impl RealMap {
-    /// Maps `file` writable and shared (populating its pages when asked).
-    pub fn map(file: &File, populate: bool) -> io::Result<Self> {
-        let mut options = MmapOptions::new();
-        if populate {
-            options.populate();
-        }
+    /// Maps `[0, len)` of `file` writable and shared.
+    pub fn map(file: &File, len: u64) -> io::Result<Self> {
+        let len = usize::try_from(len).map_err(io::Error::other)?;
         Ok(Self {
-            raw: Arc::new(options.map_raw(file)?),
+            raw: Arc::new(MmapOptions::new().len(len).map_raw(file)?),
         })
     }
 }
@@ -135,9 +132,11 @@ struct MapView {
 impl AsRef<[u8]> for MapView {
     fn as_ref(&self) -> &[u8] {
         // SAFETY: `len <= raw.len()` (checked by `view`), so the range lies inside the live
-        // mapping, which `raw` keeps alive. Strata only views prefixes it has published and never
-        // writes into a published prefix again (appends go past it; a rollback or recovery only
-        // touches bytes never published), so the bytes do not change while this slice lives.
+        // mapping, which `raw` keeps alive, and inside the file (callers view only bytes they
+        // wrote). Strata views published prefixes, which it never writes again (appends go past
+        // them; a rollback or recovery only touches bytes never published), or a writer's own
+        // unsynced bytes while it alone may write them; so the bytes do not change while this
+        // slice lives.
         unsafe { std::slice::from_raw_parts(self.raw.as_ptr(), self.len) }
     }
 }
@@ -153,11 +152,12 @@ impl WritableMap for RealMap {
             .filter(|end| *end <= self.raw.len())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write past the mapping"))?;
         debug_assert!(end <= self.raw.len());
-        // SAFETY: `[offset, end)` lies inside the live mapping (checked above). The file's blocks
-        // are allocated (callers preallocate before mapping), so the store cannot fault for lack
-        // of space, and the file is never cut while mapped. No view covers these bytes: views are
-        // of published prefixes, and writers only write past them, one writer at a time (the
-        // partition's lock).
+        // SAFETY: `[offset, end)` lies inside the live mapping (checked above) and inside the
+        // file: callers allocate the file's blocks before they write there (so the store cannot
+        // fault past the end or for lack of space), and the file is never cut while mapped. No
+        // view covers these bytes: views are of published prefixes (or the writer's own unsynced
+        // bytes, read back under its lock), and writers only write past them, one writer at a
+        // time (the partition's or the journal's lock).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
@@ -260,7 +260,7 @@ impl FileHandle for RealFile {
         }
     }
 
-    fn map_writable(&self, populate: bool) -> io::Result<MapRef> {
-        Ok(Arc::new(RealMap::map(&self.file, populate)?))
+    fn map_writable(&self, len: u64) -> io::Result<MapRef> {
+        Ok(Arc::new(RealMap::map(&self.file, len)?))
     }
 }

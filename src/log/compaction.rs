@@ -29,8 +29,8 @@ use super::Log;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::fs::{remove_if_present, sync_dir, write_file};
 use crate::segment::{
-    batch_spans, decode_batch, encode_unsealed, index_file_name, segment_file_name, Record,
-    SealedSegment, SegmentWriter, SEGMENT_HEADER_LEN,
+    batch_spans, decode_batch, encode_unsealed, index_file_name, segment_file_name, BatchHeader,
+    Record, SealedSegment, SegmentWriter, SEGMENT_HEADER_LEN,
 };
 
 /// Encoded bytes per batch in a rewritten segment.
@@ -215,13 +215,19 @@ impl Log {
         let tmp = p.dir.join(format!("{}.tmp", segment_file_name(base)));
         let index_path = p.dir.join(index_file_name(base));
         let index_tmp = p.dir.join(format!("{}.tmp", index_file_name(base)));
-        let mut writer =
-            SegmentWriter::create(fs, &tmp, base, self.inner.options.index_interval_bytes)?;
-        let mut buffer = Vec::new();
+        let compression = self.inner.options.compression;
+        let mut batches: Vec<(Vec<u8>, BatchHeader)> = Vec::new();
         for batch in batch_spans(kept, REWRITE_BATCH_BYTES) {
-            buffer.clear();
-            let mut header = encode_unsealed(batch, self.inner.options.compression, &mut buffer)?;
-            writer.append(&mut buffer, &mut header)?;
+            let mut bytes = Vec::new();
+            let header = encode_unsealed(batch, compression, &mut bytes)?;
+            batches.push((bytes, header));
+        }
+        let capacity =
+            SEGMENT_HEADER_LEN as u64 + batches.iter().map(|(b, _)| b.len() as u64).sum::<u64>();
+        let interval = self.inner.options.index_interval_bytes;
+        let mut writer = SegmentWriter::create(fs, &tmp, base, (capacity, interval), &p.pins)?;
+        for (mut bytes, mut header) in batches {
+            writer.append(&mut bytes, &mut header)?;
         }
         writer.sync()?;
         let mut index = writer.shared().index();

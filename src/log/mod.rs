@@ -1,34 +1,59 @@
-//! A log: a fixed number of partitions of rolling segments, one writer thread with group commit,
-//! bounded reads, retention and keyed compaction.
+//! A log: a fixed number of partitions of rolling, preallocated, memory-mapped segments, written
+//! by the appending threads themselves, with group commit, bounded reads, retention and keyed
+//! compaction.
+//!
+//! **Write path.** An append is encoded in the caller's thread, then copied (under the lock of
+//! each partition it touches) into the active segments' writable mappings: no system call and no
+//! hand-off to another thread per append. With `Durability::Interval` it is readable and
+//! acknowledged at once, and a background thread syncs the segments every interval. With
+//! `Durability::Sync` (the default) every batch is also copied into the log's one journal file
+//! (format/JOURNAL.md) and the append waits for the group commit: the first waiter leads a round
+//! that fdatasyncs the journal once for everyone written so far, whatever partitions they
+//! touched, then publishes what became durable. Segments are synced when sealed and at
+//! checkpoints, after which older journal files are deleted.
+//!
+//! **Read path.** Records are zero-copy slices of the segments' mappings (sealed and active); a
+//! scan can visit borrowed records without allocating; each batch's CRC is checked the first
+//! time a read crosses it.
 
+mod append;
+mod clean_close;
+mod commit;
 pub mod compaction;
+mod inner;
+mod journal;
 pub mod maintenance;
 pub mod options;
 pub mod partition;
+mod replay;
 mod request;
 pub mod retention;
-mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 pub use compaction::CompactionReport;
+pub use journal::{
+    decode_frame, decode_journal_header, encode_frame_header, encode_journal_header, Frame,
+    FRAME_HEADER_LEN, JOURNAL_FORMAT_VERSION, JOURNAL_HEADER_LEN, JOURNAL_MAGIC,
+};
 pub use maintenance::{MaintenanceReport, MaintenanceStatus};
 pub use options::{CompactionPolicy, Durability, LogOptions, RetentionPolicy};
 pub use partition::{PartitionRecovery, ReadPage};
+pub use replay::ReplayReport;
 pub use request::{Items, OffsetRange};
 pub use retention::RetentionReport;
 
 use crate::error::{StoreError, StoreResult};
-use crate::fs::Fs;
-use crate::segment::{NewRecord, PinCounter};
+use crate::fs::{create_dir_durable, Fs};
+use crate::segment::{NewRecord, PinCounter, RecordRef};
+pub(crate) use inner::LogInner;
+use journal::{Journal, JournalFile};
 use partition::Partition;
-use writer::{Command, Payload, Writer};
+use request::{check_items, encode_request};
 
 /// Statistics of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,25 +96,6 @@ pub(crate) struct LogSetup {
     pub lock: Arc<dyn Send + Sync>,
 }
 
-pub(crate) struct LogInner {
-    name: String,
-    dir: PathBuf,
-    options: LogOptions,
-    /// True when only the owning layer may remove records.
-    owned: bool,
-    maintenance_status: Mutex<MaintenanceStatus>,
-    partitions: Vec<Arc<Partition>>,
-    commands: Mutex<Option<Sender<Command>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
-    closed: AtomicBool,
-    commits: watch::Sender<u64>,
-    sync_rounds: Arc<AtomicU64>,
-    recovery: Vec<PartitionRecovery>,
-    /// Keeps the store's directory lock alive until the log is closed.
-    lock: Mutex<Option<Arc<dyn Send + Sync>>>,
-}
-
 /// A durable, partitioned, append-only log. Cheap to clone; all clones share one writer.
 #[derive(Clone)]
 pub struct Log {
@@ -107,7 +113,8 @@ impl std::fmt::Debug for Log {
 }
 
 impl Log {
-    /// Opens (creating if needed) a log as `setup` says, recovering each partition.
+    /// Opens (creating if needed) a log as `setup` says: recovers each partition, replays the
+    /// journal into them, and (for a `Sync` log) starts a fresh journal.
     ///
     /// Called by [`crate::Store::open_log`], which checks the options and partition count,
     /// records the log in the MANIFEST and holds the lock.
@@ -122,47 +129,45 @@ impl Log {
             lock,
         } = setup;
         let mut shared = Vec::with_capacity(partitions as usize);
-        let mut writers = Vec::with_capacity(partitions as usize);
         let mut recovery = Vec::with_capacity(partitions as usize);
+        let clean = clean_close::take(&*fs, &dir)?;
         for id in 0..partitions {
             let pins = Arc::new(PinCounter::default());
-            let (partition, active, report) =
-                Partition::open(&fs, dir.join(id.to_string()), id, &options, &pins)?;
-            let partition = Arc::new(partition);
-            shared.push(partition.clone());
-            writers.push((partition, active));
+            let place = (dir.join(id.to_string()), id);
+            let (partition, report) = Partition::open(&fs, place, &options, &pins, clean.found)?;
+            shared.push(Arc::new(partition));
             recovery.push(report);
         }
-        let (commits, _) = watch::channel(0u64);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sync_rounds = Arc::new(AtomicU64::new(0));
-        let writer = Writer::new(
-            fs,
-            writers,
-            options.clone(),
-            commits.clone(),
-            sync_rounds.clone(),
-        );
-        let handle = std::thread::Builder::new()
-            .name(format!("strata-writer-{name}"))
-            .spawn(move || writer.run(rx))
-            .map_err(|e| StoreError::io(&dir, e))?;
+        clean.clear()?;
+        let journal_dir = dir.join("journal");
+        let (next_seq, replay) = replay::replay(&*fs, &journal_dir, &shared)?;
+        let journal = match options.durability {
+            Durability::Sync => Some(open_journal(&fs, &journal_dir, next_seq, &options)?),
+            Durability::Interval(_) => None,
+        };
+        let commit = journal
+            .as_ref()
+            .map(|j| commit::GroupCommit::new(j.current.lsn()));
         let inner = Arc::new(LogInner {
             name,
             dir,
             options,
             owned: owner == LogOwner::Layer,
-            maintenance_status: Mutex::new(MaintenanceStatus::default()),
             partitions: shared,
-            commands: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(handle)),
-            maintenance: Mutex::new(None),
+            journal: journal.map(Mutex::new),
+            commit,
+            order: Mutex::new(()),
             closed: AtomicBool::new(false),
-            commits,
-            sync_rounds,
+            commits: watch::channel(0u64).0,
+            sync_rounds: AtomicU64::new(0),
             recovery,
+            replay,
+            maintenance: Mutex::new(None),
+            maintenance_status: Mutex::new(MaintenanceStatus::default()),
+            background: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
         });
+        inner.start_background()?;
         let log = Log { inner };
         if let Some(period) = log.inner.options.maintenance_interval {
             log.start_maintenance(period)?;
@@ -250,22 +255,6 @@ impl Log {
             })
     }
 
-    fn send(&self, command: Command) -> StoreResult<()> {
-        if self.is_closed() {
-            return Err(StoreError::Closed);
-        }
-        let guard = self
-            .inner
-            .commands
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        guard
-            .as_ref()
-            .ok_or(StoreError::Closed)?
-            .send(command)
-            .map_err(|_| StoreError::Closed)
-    }
-
     /// Appends `records` to `partition` as one batch; resolves to the first and last offsets
     /// once the records are durable (or acknowledged, under `Durability::Interval`).
     pub async fn append(
@@ -277,55 +266,73 @@ impl Log {
         ranges.pop().ok_or(StoreError::Closed)
     }
 
-    /// Appends several items (each to its partition) in one durability round trip. Resolves to the
-    /// offset ranges in the order given; on error, any subset of the items may have been appended,
-    /// and none is still in flight.
+    /// Appends several items (each to its partition) in one durability round trip. Resolves to
+    /// the offset ranges in the order given. All or nothing: on an error nothing was appended,
+    /// except after a failed sync (`StoreError::Poisoned`), whose appends may or may not be
+    /// durable.
     pub async fn append_many(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
-        request::check_items(&items, self.partition_count())?;
-        self.submit(Payload::Ready(items)).await
+        let (ranges, lsn) = self.write(items)?;
+        if let (Some(lsn), Some(commit)) = (lsn, &self.inner.commit) {
+            commit.wait_async(&self.inner, lsn).await?;
+        }
+        Ok(ranges)
     }
 
-    async fn submit(&self, payload: Payload) -> StoreResult<Vec<OffsetRange>> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Append { payload, reply })?;
-        rx.await.map_err(|_| StoreError::Closed)?
+    /// [`Log::append`] for a blocking caller: the same work in the calling thread, which leads
+    /// the group commit's sync when no other caller is (the fastest way to append from threads).
+    pub fn append_blocking(
+        &self,
+        partition: u32,
+        records: Vec<NewRecord>,
+    ) -> StoreResult<OffsetRange> {
+        let mut ranges = self.append_many_blocking(vec![(partition, records)])?;
+        ranges.pop().ok_or(StoreError::Closed)
     }
 
-    /// A conditional append: `build` runs on the writer thread, in order with every other append
-    /// of this log, and either returns the items to append (with a value for the caller) or
-    /// rejects the append. Check-then-write on state that only such closures change is therefore
-    /// atomic, without any lock held across an `.await`. Keep `build` short: it runs on the
-    /// writer's hot path.
+    /// [`Log::append_many`] for a blocking caller.
+    pub fn append_many_blocking(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
+        if let (Some(lsn), Some(commit)) = (self.inner.journal_backlog(), &self.inner.commit) {
+            commit.wait(&self.inner, lsn)?;
+        }
+        let (ranges, lsn) = self.write(items)?;
+        if let (Some(lsn), Some(commit)) = (lsn, &self.inner.commit) {
+            commit.wait(&self.inner, lsn)?;
+        }
+        Ok(ranges)
+    }
+
+    /// Checks and encodes `items` (in the calling thread), then writes them.
+    fn write(&self, items: Items) -> StoreResult<(Vec<OffsetRange>, Option<u64>)> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        check_items(&items, self.partition_count())?;
+        let request = encode_request(items, self.inner.options.compression)?;
+        self.inner.write(request)
+    }
+
+    /// A conditional append: `build` runs in order with every other conditional append of this
+    /// log and either returns the items to append (with a value for the caller) or rejects the
+    /// append. Check-then-write on state that only such closures change is therefore atomic,
+    /// without any lock held across an `.await`. Keep `build` short.
     ///
     /// Resolves once the items are durable; to `Ok(Err(e))` when `build` rejected.
     pub async fn append_with<T, E>(
         &self,
-        build: impl FnOnce() -> Result<(Items, T), E> + Send + 'static,
-    ) -> StoreResult<Result<(Vec<OffsetRange>, T), E>>
-    where
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let outcome: Arc<Mutex<Option<Result<T, E>>>> = Arc::new(Mutex::new(None));
-        let slot = outcome.clone();
-        let build: writer::Build = Box::new(move || {
-            let (items, result) = match build() {
-                Ok((items, value)) => (Some(items), Ok(value)),
-                Err(e) => (None, Err(e)),
-            };
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
-            items
-        });
-        let appended = self.submit(Payload::Deferred(build)).await;
-        let taken = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match (appended, taken) {
-            (Ok(ranges), Some(Ok(value))) => Ok(Ok((ranges, value))),
-            (Err(StoreError::Rejected), Some(Err(e))) => Ok(Err(e)),
-            (Err(e), _) => Err(e),
-            (Ok(_), _) => Err(StoreError::Invalid(
-                "a conditional append lost its outcome".into(),
-            )),
+        build: impl FnOnce() -> Result<(Items, T), E>,
+    ) -> StoreResult<Result<(Vec<OffsetRange>, T), E>> {
+        let written = {
+            let _order = self.inner.order.lock().unwrap_or_else(|p| p.into_inner());
+            match build() {
+                Err(e) => return Ok(Err(e)),
+                Ok((items, value)) => (self.write(items)?, value),
+            }
+        };
+        let ((ranges, lsn), value) = written;
+        if let (Some(lsn), Some(commit)) = (lsn, &self.inner.commit) {
+            commit.wait_async(&self.inner, lsn).await?;
         }
+        Ok(Ok((ranges, value)))
     }
 
     /// Calls `f` with every record of `partition` in `[from, high-water mark)`, a page at a time
@@ -346,6 +353,22 @@ impl Log {
             next = page.next_offset;
         }
         Ok(())
+    }
+
+    /// Calls `f` with every record of `partition` in `[from, until)` (`until` capped at the
+    /// high-water mark), borrowed from the segments' mappings: no allocation per record. Returns
+    /// the offset a following visit starts from.
+    pub fn visit<E: From<StoreError>>(
+        &self,
+        partition: u32,
+        from: i64,
+        until: i64,
+        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+    ) -> Result<i64, E> {
+        if self.is_closed() {
+            return Err(StoreError::Closed.into());
+        }
+        self.partition(partition)?.visit(from, until, f)
     }
 
     /// Reads a page of records of `partition` starting at `from`, holding about `max_bytes`.
@@ -373,17 +396,36 @@ impl Log {
 
     /// Seals the active segment of `partition` if it holds any record (blocking call).
     pub fn roll_blocking(&self, partition: u32) -> StoreResult<()> {
-        self.partition(partition)?;
-        let (reply, rx) = std::sync::mpsc::channel();
-        self.send(Command::Roll { partition, reply })?;
-        rx.recv().map_err(|_| StoreError::Closed)?
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        let p = self.partition(partition)?;
+        let mut writer = p.lock_writer();
+        if writer.active.is_empty() {
+            return Ok(());
+        }
+        writer.roll(p, 0)
     }
 
     /// Makes everything appended so far durable (useful under `Durability::Interval`).
     pub async fn sync(&self) -> StoreResult<()> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Sync { reply })?;
-        rx.await.map_err(|_| StoreError::Closed)?
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        let lsn = self
+            .inner
+            .journal
+            .as_ref()
+            .map(|j| j.lock().unwrap_or_else(|p| p.into_inner()).current.lsn());
+        match (lsn, &self.inner.commit) {
+            (Some(lsn), Some(commit)) => commit.wait_async(&self.inner, lsn).await,
+            _ => crate::blocking::blocking(|| self.inner.checkpoint()),
+        }
+    }
+
+    /// What replaying the journal did when the log was opened.
+    pub fn replay_report(&self) -> ReplayReport {
+        self.inner.replay
     }
 
     /// Statistics of every partition.
@@ -406,10 +448,12 @@ impl Log {
             .collect()
     }
 
-    /// Stops the writer after syncing and releases this log's hold on the store lock; later
-    /// calls get [`StoreError::Closed`]. Idempotent.
+    /// Syncs, checkpoints, writes the active indexes and releases this log's hold on the store
+    /// lock; later calls get [`StoreError::Closed`]. Idempotent.
     pub fn close_blocking(&self) -> StoreResult<()> {
-        self.inner.closed.store(true, Ordering::Release);
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         self.inner.shutdown()
     }
 
@@ -422,33 +466,16 @@ impl Log {
     }
 }
 
-impl LogInner {
-    fn shutdown(&self) -> StoreResult<()> {
-        self.stop_maintenance();
-        let sender = self
-            .commands
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let mut result = Ok(());
-        if let Some(sender) = sender {
-            let (reply, rx) = std::sync::mpsc::channel();
-            if sender.send(Command::Shutdown { reply }).is_ok() {
-                result = rx.recv().unwrap_or(Ok(()));
-            }
-        }
-        if let Some(handle) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = handle.join();
-        }
-        self.commits.send_modify(|v| *v = v.wrapping_add(1));
-        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
-        result
-    }
-}
-
-impl Drop for LogInner {
-    fn drop(&mut self) {
-        self.closed.store(true, Ordering::Release);
-        let _ = self.shutdown();
-    }
+/// Creates journal file `seq` of a `Sync` log.
+fn open_journal(fs: &Fs, dir: &Path, seq: u64, options: &LogOptions) -> StoreResult<Journal> {
+    create_dir_durable(&**fs, dir)?;
+    let current = JournalFile::create(&**fs, dir, seq, options.journal_bytes, 0)?;
+    Ok(Journal {
+        fs: fs.clone(),
+        dir: dir.to_path_buf(),
+        capacity: options.journal_bytes,
+        current,
+        retired: Vec::new(),
+        poisoned: None,
+    })
 }

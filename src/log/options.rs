@@ -68,8 +68,16 @@ pub struct LogOptions {
     pub recovery: RecoveryMode,
     /// Period of the background maintenance thread (retention, then compaction); `None` = manual.
     pub maintenance_interval: Option<Duration>,
-    /// Most append requests folded into one group commit.
+    /// Most append requests folded into one group commit (kept for compatibility; a round now
+    /// takes every request written before it starts). Default 4096; at least 1.
     pub max_group_commit: usize,
+    /// Bytes of journal each file is preallocated to (`Durability::Sync` logs). Default 64 MiB;
+    /// 64 KiB ..= 4 GiB.
+    pub journal_bytes: u64,
+    /// Bytes written but not yet synced after which a writer waits for (journal) or runs
+    /// (buffered segment) a sync before writing more: the bound on what a power cut could take
+    /// from a buffered log and on a round's work. Default 64 MiB; 64 KiB ..= 4 GiB.
+    pub max_unsynced_bytes: u64,
 }
 
 impl Default for LogOptions {
@@ -84,6 +92,8 @@ impl Default for LogOptions {
             recovery: RecoveryMode::TolerateTornTail,
             maintenance_interval: None,
             max_group_commit: 4096,
+            journal_bytes: 64 << 20,
+            max_unsynced_bytes: 64 << 20,
         }
     }
 }
@@ -116,6 +126,13 @@ impl LogOptions {
         }
         if self.max_group_commit == 0 {
             return Err("max_group_commit must be positive".into());
+        }
+        let sizes = 64 << 10..=4 << 30;
+        if !sizes.contains(&self.journal_bytes) {
+            return Err("journal_bytes must lie in [64 KiB, 4 GiB]".into());
+        }
+        if !sizes.contains(&self.max_unsynced_bytes) {
+            return Err("max_unsynced_bytes must lie in [64 KiB, 4 GiB]".into());
         }
         if let Durability::Interval(d) = self.durability {
             if d.is_zero() {

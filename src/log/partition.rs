@@ -1,18 +1,19 @@
-//! A partition: an ordered list of sealed segments plus the active one, its water marks, and
-//! bounded reads across segments.
+//! A partition: an ordered list of sealed segments plus the active one, its water marks, its
+//! writer (behind a lock, driven by the appending threads), and bounded reads across segments.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::append::PartitionWriter;
 use super::options::LogOptions;
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{create_dir_durable, remove_if_present, sync_dir, EntryKind, Fs};
+use crate::fs::{create_dir_durable, remove_if_present, sync_dir, write_file, EntryKind, Fs};
 use crate::segment::recovery::{open_last, open_sealed};
 use crate::segment::writer::parse_file_name;
 use crate::segment::{
-    index_file_name, segment_file_name, ActiveSegment, PinCounter, ReadStop, Record, SealedSegment,
-    SegmentPlace, SegmentRecovery, SegmentWriter,
+    index_file_name, segment_file_name, ActiveSegment, PinCounter, ReadStop, Record, RecordRef,
+    SealedSegment, SegmentPlace, SegmentRecovery, SegmentWriter, SEGMENT_HEADER_LEN,
 };
 
 /// A page of records read from one partition.
@@ -52,10 +53,16 @@ pub(crate) struct Partition {
     pub fs: Fs,
     /// Counts mappings of deleted segments that records still hold.
     pub pins: Arc<PinCounter>,
+    /// Bytes a new segment is preallocated to (or more, for a bigger request).
+    pub segment_bytes: u64,
+    /// Index interval of new segments.
+    pub interval: u64,
     view: RwLock<View>,
     high_water: AtomicI64,
     /// Serializes retention and compaction; holds the offset compaction has cleaned up to.
     pub maintenance: Mutex<i64>,
+    /// The write side.
+    pub writer: Mutex<PartitionWriter>,
 }
 
 /// Lists the base offsets of the segment files in `dir`, removing leftovers of interrupted work
@@ -92,15 +99,27 @@ fn list_segments(fs: &dyn crate::fs::FileSystem, dir: &Path) -> StoreResult<Vec<
     Ok(bases)
 }
 
+/// Refuses a segment whose base offset is not past the previous segment's last offset.
+fn check_order(base: i64, previous_last: i64, path: &Path) -> StoreResult<()> {
+    if base <= previous_last {
+        return Err(StoreError::corrupt(
+            path,
+            0,
+            crate::segment::DecodeError::invalid("base_offset", "overlaps the previous segment"),
+        ));
+    }
+    Ok(())
+}
+
 impl Partition {
     /// Opens (or creates) partition `id` in `dir`, recovering its segments.
     pub fn open(
         fs: &Fs,
-        dir: PathBuf,
-        id: u32,
+        (dir, id): (PathBuf, u32),
         options: &LogOptions,
         pins: &Arc<PinCounter>,
-    ) -> StoreResult<(Self, SegmentWriter, PartitionRecovery)> {
+        clean: bool,
+    ) -> StoreResult<(Self, PartitionRecovery)> {
         create_dir_durable(&**fs, &dir)?;
         let mut bases = list_segments(&**fs, &dir)?;
         let interval = options.index_interval_bytes;
@@ -109,7 +128,8 @@ impl Partition {
             ..Default::default()
         };
         if bases.is_empty() {
-            SegmentWriter::create(&**fs, &dir.join(segment_file_name(0)), 0, interval)?;
+            let path = dir.join(segment_file_name(0));
+            SegmentWriter::create(&**fs, &path, 0, (options.segment_bytes, interval), pins)?;
             sync_dir(&**fs, &dir)?;
             bases.push(0);
         }
@@ -118,24 +138,6 @@ impl Partition {
             report.truncated_bytes += r.truncated_bytes;
             report.indexes_rebuilt += usize::from(r.index_rebuilt);
         };
-        let mut sealed: Vec<Arc<SealedSegment>> = Vec::with_capacity(bases.len());
-        let mut previous_last = -1i64;
-        let check_order = |base: i64, previous_last: i64, path: &Path| {
-            if base <= previous_last {
-                return Err(StoreError::corrupt(
-                    path,
-                    0,
-                    crate::segment::DecodeError::invalid(
-                        "base_offset",
-                        "overlaps the previous segment",
-                    ),
-                ));
-            }
-            Ok(())
-        };
-        let (last_base, sealed_bases) = bases
-            .split_last()
-            .ok_or(StoreError::Invalid("no segment".into()))?;
         fn place<'a>(
             fs: &'a Fs,
             (path, index_path, base): (&'a Path, &'a Path, i64),
@@ -150,6 +152,11 @@ impl Partition {
                 interval: options.index_interval_bytes,
             }
         }
+        let mut sealed: Vec<Arc<SealedSegment>> = Vec::with_capacity(bases.len());
+        let mut previous_last = -1i64;
+        let (last_base, sealed_bases) = bases
+            .split_last()
+            .ok_or(StoreError::Invalid("no segment".into()))?;
         for &base in sealed_bases {
             let path = dir.join(segment_file_name(base));
             check_order(base, previous_last, &path)?;
@@ -162,23 +169,75 @@ impl Partition {
         let path = dir.join(segment_file_name(*last_base));
         check_order(*last_base, previous_last, &path)?;
         let index_path = dir.join(index_file_name(*last_base));
-        let (file, index, r) = open_last(place(fs, (&path, &index_path, *last_base), options))?;
-        note(&r);
-        let high_water = (index.last_offset + 1).max(*last_base);
-        let writer = SegmentWriter::resume(&path, file, index, interval);
+        let last = open_last(
+            place(fs, (&path, &index_path, *last_base), options),
+            options.segment_bytes,
+            clean,
+        )?;
+        note(&last.report);
+        let high_water = (last.index.last_offset + 1).max(*last_base);
+        let active = if last.preallocated {
+            SegmentWriter::resume(
+                &path,
+                last.file,
+                last.index,
+                (options.segment_bytes, interval),
+                pins,
+            )?
+        } else {
+            // A version 1 segment takes no more appends: seal it, continue in a new one.
+            let old = SealedSegment::map(&path, &*last.file, last.index.clone(), pins.clone())?;
+            write_file(&**fs, &index_path, &last.index.encode(), false)?;
+            let next_path = dir.join(segment_file_name(high_water));
+            let fresh = if old.index().segment_len <= SEGMENT_HEADER_LEN as u64 {
+                drop(old);
+                SegmentWriter::recreate(
+                    &**fs,
+                    &path,
+                    high_water,
+                    (options.segment_bytes, interval),
+                    pins,
+                )?
+            } else {
+                sealed.push(Arc::new(old));
+                let w = SegmentWriter::create(
+                    &**fs,
+                    &next_path,
+                    high_water,
+                    (options.segment_bytes, interval),
+                    pins,
+                )?;
+                sync_dir(&**fs, &dir)?;
+                w
+            };
+            fresh
+        };
         let partition = Partition {
             id,
             dir,
             fs: fs.clone(),
             pins: pins.clone(),
+            segment_bytes: options.segment_bytes,
+            interval,
             view: RwLock::new(View {
                 sealed,
-                active: writer.shared().clone(),
+                active: active.shared().clone(),
             }),
             high_water: AtomicI64::new(high_water),
             maintenance: Mutex::new(0),
+            writer: Mutex::new(PartitionWriter::new(active, high_water)),
         };
-        Ok((partition, writer, report))
+        Ok((partition, report))
+    }
+
+    /// The write side, locked.
+    pub fn lock_writer(&self) -> std::sync::MutexGuard<'_, PartitionWriter> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes to preallocate for a new segment that must take `needed` bytes of batches.
+    pub fn segment_capacity(&self, needed: u64) -> u64 {
+        self.segment_bytes.max(needed + SEGMENT_HEADER_LEN as u64)
     }
 
     /// A snapshot of the segment list.
@@ -259,5 +318,35 @@ impl Partition {
             records,
             next_offset,
         })
+    }
+
+    /// Calls `f` with every record in `[from, until)` (`until` at most the high-water mark),
+    /// borrowed from the segments' mappings: no allocation per record. Returns the offset a
+    /// following visit should start from.
+    pub fn visit<E: From<StoreError>>(
+        &self,
+        from: i64,
+        until: i64,
+        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+    ) -> Result<i64, E> {
+        let until = until.min(self.high_water_mark());
+        let view = self.view();
+        let mut from = from.max(0);
+        if from >= until {
+            return Ok(from);
+        }
+        let first = view
+            .sealed
+            .partition_point(|s| s.index().last_offset < from);
+        for segment in &view.sealed[first..] {
+            from = from.max(segment.index().base_offset);
+            if segment.visit((from, until), f)? == ReadStop::Bound {
+                return Ok(until);
+            }
+            from = from.max(segment.index().last_offset + 1);
+        }
+        view.active
+            .visit((from.max(view.active.base_offset()), until), f)?;
+        Ok(until)
     }
 }

@@ -16,6 +16,10 @@ pub type Items = Vec<(u32, Vec<NewRecord>)>;
 /// Offsets `(first, last)` assigned to one append item.
 pub type OffsetRange = (i64, i64);
 
+/// Seals one batch of a partition at its next offset and copies it out.
+pub(crate) type BatchWriter<'a> =
+    dyn FnMut(u32, &mut [u8], &mut BatchHeader) -> StoreResult<()> + 'a;
+
 /// One encoded batch of a request, not yet sealed.
 pub(crate) struct EncodedBatch {
     /// Partition it goes to.
@@ -46,6 +50,35 @@ impl EncodedRequest {
             .filter(|b| b.partition == partition)
             .map(|b| b.range.len() as u64)
             .sum()
+    }
+
+    /// Bytes the request's journal frames take.
+    pub fn frame_bytes(&self) -> u64 {
+        self.batches
+            .iter()
+            .map(|b| (super::journal::FRAME_HEADER_LEN + b.range.len()) as u64)
+            .sum()
+    }
+
+    /// Hands every batch, in order, to `write` (which seals it at its partition's next offset
+    /// and copies it out); returns each item's offset range.
+    pub fn write(&mut self, write: &mut BatchWriter<'_>) -> StoreResult<Vec<OffsetRange>> {
+        let mut ranges: Vec<Option<OffsetRange>> = vec![None; self.items];
+        for batch in &mut self.batches {
+            write(
+                batch.partition,
+                &mut self.bytes[batch.range.clone()],
+                &mut batch.header,
+            )?;
+            let last = batch.header.last_offset();
+            let range = &mut ranges[batch.item];
+            let first = range.map_or(batch.header.base_offset, |(first, _)| first);
+            *range = Some((first, last));
+        }
+        ranges
+            .into_iter()
+            .map(|r| r.ok_or(StoreError::Invalid("an append item wrote no batch".into())))
+            .collect()
     }
 
     /// The distinct partitions the request touches, in first-use order.

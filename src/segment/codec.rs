@@ -8,7 +8,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::error::{DecodeError, EncodeError};
-use super::record::{Record, RECORD_FIXED_LEN};
+use super::record::{Record, RecordRef, RECORD_FIXED_LEN};
 
 /// Length of the fixed batch header this build writes (version 2).
 pub const BATCH_HEADER_LEN: usize = 56;
@@ -314,49 +314,70 @@ fn decompress(stored: &[u8], expected: usize) -> Result<Bytes, DecodeError> {
     Ok(Bytes::from(out))
 }
 
-struct Cursor {
-    buf: Bytes,
+/// Where one record's parts lie inside its records section.
+struct RawRecord {
+    offset: i64,
+    timestamp: i64,
+    key: Option<std::ops::Range<usize>>,
+    value: Option<std::ops::Range<usize>>,
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
     pos: usize,
 }
 
-impl Cursor {
-    fn take(&mut self, n: usize, field: &'static str) -> Result<Bytes, DecodeError> {
+impl Cursor<'_> {
+    fn take(
+        &mut self,
+        n: usize,
+        field: &'static str,
+    ) -> Result<std::ops::Range<usize>, DecodeError> {
         let end = self
             .pos
             .checked_add(n)
             .filter(|end| *end <= self.buf.len())
             .ok_or(DecodeError::invalid(field, "runs past the records section"))?;
-        let out = self.buf.slice(self.pos..end);
+        let range = self.pos..end;
         self.pos = end;
-        Ok(out)
+        Ok(range)
     }
 
     fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
-        let b = self.take(4, field)?;
-        Ok(u32_at(&b, 0))
+        let r = self.take(4, field)?;
+        Ok(u32_at(&self.buf[r], 0))
     }
 
     fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
-        let b = self.take(8, field)?;
-        Ok(i64_at(&b, 0))
+        let r = self.take(8, field)?;
+        Ok(i64_at(&self.buf[r], 0))
     }
 
     fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
-        let b = self.take(1, field)?;
-        Ok(b[0])
+        let r = self.take(1, field)?;
+        Ok(self.buf[r.start])
+    }
+
+    fn part(&mut self, field: &'static str) -> Result<std::ops::Range<usize>, DecodeError> {
+        let len = self.u32(field)? as usize;
+        self.take(len, field)
     }
 }
 
-fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, DecodeError> {
-    let count = header.record_count as usize;
-    let mut records = Vec::with_capacity(count);
+/// Parses and checks every record of a records section (format/SEGMENT.md, "Record"), calling
+/// `f` with each in order.
+fn parse_records(
+    header: &BatchHeader,
+    section: &[u8],
+    mut f: impl FnMut(RawRecord),
+) -> Result<(), DecodeError> {
     let mut cursor = Cursor {
         buf: section,
         pos: 0,
     };
     let mut previous_delta: Option<u32> = None;
     let mut max_timestamp = i64::MIN;
-    for index in 0..count {
+    for index in 0..header.record_count as usize {
         let delta = cursor.u32("offset_delta")?;
         match previous_delta {
             None if delta != 0 => {
@@ -395,19 +416,13 @@ fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, D
                 "neither key nor value",
             ));
         }
-        let key = if attributes & RECORD_HAS_KEY != 0 {
-            let len = cursor.u32("key_len")? as usize;
-            Some(cursor.take(len, "key")?)
-        } else {
-            None
-        };
-        let value = if attributes & RECORD_HAS_VALUE != 0 {
-            let len = cursor.u32("value_len")? as usize;
-            Some(cursor.take(len, "value")?)
-        } else {
-            None
-        };
-        records.push(Record {
+        let key = (attributes & RECORD_HAS_KEY != 0)
+            .then(|| cursor.part("key"))
+            .transpose()?;
+        let value = (attributes & RECORD_HAS_VALUE != 0)
+            .then(|| cursor.part("value"))
+            .transpose()?;
+        f(RawRecord {
             offset: header.base_offset + i64::from(delta),
             timestamp,
             key,
@@ -432,7 +447,54 @@ fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, D
             "trailing bytes after the last record",
         ));
     }
+    Ok(())
+}
+
+fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, DecodeError> {
+    let mut records = Vec::with_capacity(header.record_count as usize);
+    parse_records(header, &section, |r| {
+        records.push(Record {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.map(|k| section.slice(k)),
+            value: r.value.map(|v| section.slice(v)),
+        })
+    })?;
     Ok(records)
+}
+
+/// Calls `f` with each record of the batch at the start of `buf`, which [`check_batch`] (or a
+/// check done once before) accepted as `header`, borrowing its keys and values (a compressed
+/// batch is decompressed into a buffer first).
+pub fn visit_checked(
+    buf: &[u8],
+    header: &BatchHeader,
+    mut f: impl FnMut(RecordRef<'_>),
+) -> Result<(), DecodeError> {
+    let end = header.len();
+    if buf.len() < end {
+        return Err(DecodeError::Truncated {
+            needed: end,
+            available: buf.len(),
+        });
+    }
+    let stored = &buf[header.header_len()..end];
+    let decompressed;
+    let section: &[u8] = match header.compression {
+        0 => stored,
+        _ => {
+            decompressed = decompress(stored, header.records_len as usize)?;
+            &decompressed
+        }
+    };
+    parse_records(header, section, |r| {
+        f(RecordRef {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.map(|k| &section[k]),
+            value: r.value.map(|v| &section[v]),
+        })
+    })
 }
 
 /// Encodes `records` (offsets already assigned, strictly increasing) as one sealed batch appended

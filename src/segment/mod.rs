@@ -15,15 +15,18 @@ pub mod writer;
 
 pub use codec::{
     batch_spans, check_batch, check_crc, decode_batch, decode_checked, decode_header, encode_batch,
-    encode_unsealed, seal_batch, BatchHeader, Compression, BATCH_HEADER_LEN, BATCH_HEADER_LEN_V1,
-    MAX_BATCH_LEN, MAX_RECORDS_LEN, SYNCED_LEN_UNKNOWN,
+    encode_unsealed, seal_batch, visit_checked, BatchHeader, Compression, BATCH_HEADER_LEN,
+    BATCH_HEADER_LEN_V1, MAX_BATCH_LEN, MAX_RECORDS_LEN, SYNCED_LEN_UNKNOWN,
 };
 pub use error::{DecodeError, EncodeError};
-pub use header::{decode_segment_header, encode_segment_header, SEGMENT_HEADER_LEN};
+pub use header::{
+    decode_segment_header, decode_segment_header_full, encode_segment_header, SegmentHeader,
+    SEGMENT_HEADER_LEN,
+};
 pub use index::{IndexEntry, SegmentIndex};
 pub use pin::PinCounter;
 pub use reader::{ActiveSegment, ReadStop, SealedSegment};
-pub use record::{NewRecord, Record};
-pub use recovery::{RecoveryMode, SegmentPlace, SegmentRecovery};
-pub use scan::{scan_segment, Scan, ScanEnd};
+pub use record::{NewRecord, Record, RecordRef};
+pub use recovery::{LastSegment, RecoveryMode, SegmentPlace, SegmentRecovery};
+pub use scan::{nonzero_end, scan_segment, Scan, ScanEnd};
 pub use writer::{index_file_name, segment_file_name, SegmentWriter, WriterMark};

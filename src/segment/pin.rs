@@ -1,17 +1,17 @@
 //! Bytes of deleted segments that records handed to callers still pin.
 //!
-//! Records read from a sealed segment are zero-copy slices of its mapping, so the mapping (and
-//! with it the unlinked file's disk blocks) lives until the last such record is dropped. A
-//! [`PinGuard`] owns each mapping; once its segment is deleted, its length counts in the log's
-//! [`PinCounter`] until the mapping is really gone. Callers that keep records for long should
-//! copy them (`Bytes::copy_from_slice`) so retention frees the space.
+//! Records read from a segment are zero-copy slices of its mapping, so the mapping (and with it
+//! the unlinked file's disk blocks) lives until the last such record is dropped. Every byte
+//! string a segment hands out is wrapped by its [`Pin`]; once the segment is deleted, its length
+//! counts in the partition's [`PinCounter`] until the last of them is gone. Callers that keep
+//! records for long should copy them (`Bytes::copy_from_slice`) so retention frees the space.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-/// Bytes of deleted segments still mapped, for one log.
+/// Bytes of deleted segments still mapped, for one partition.
 #[derive(Debug, Default)]
 pub struct PinCounter {
     bytes: AtomicU64,
@@ -24,73 +24,76 @@ impl PinCounter {
     }
 }
 
-const LIVE: u8 = 0;
-const DELETED: u8 = 1;
-const DROPPED: u8 = 2;
-
-/// Shared between a segment and the owner of its mapping.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct PinState {
-    state: AtomicU8,
-    len: u64,
+    /// Byte strings handed out and still alive.
+    live: usize,
+    /// Bytes counted in the counter (the segment was deleted while some were alive).
+    counted: u64,
+}
+
+/// One segment's record of what it handed out.
+#[derive(Debug, Clone)]
+pub struct Pin {
+    state: Arc<Mutex<PinState>>,
     counter: Arc<PinCounter>,
 }
 
-/// The owner of a segment's mapping: counts it as pinned from deletion until it is dropped.
-struct PinGuard {
-    map: Bytes,
-    state: Arc<PinState>,
+/// Owns a handed-out byte string; its drop may end the segment's pin.
+struct Guard {
+    bytes: Bytes,
+    pin: Pin,
 }
 
-impl AsRef<[u8]> for PinGuard {
+impl AsRef<[u8]> for Guard {
     fn as_ref(&self) -> &[u8] {
-        &self.map
+        &self.bytes
     }
 }
 
-impl Drop for PinGuard {
+impl Drop for Guard {
     fn drop(&mut self) {
-        if self.state.state.swap(DROPPED, Ordering::AcqRel) == DELETED {
-            self.state
+        let mut state = self.pin.lock();
+        state.live -= 1;
+        if state.live == 0 && state.counted > 0 {
+            self.pin
                 .counter
                 .bytes
-                .fetch_sub(self.state.len, Ordering::AcqRel);
+                .fetch_sub(state.counted, Ordering::AcqRel);
+            state.counted = 0;
         }
     }
 }
 
-/// The handle a segment keeps to mark its mapping deleted.
-#[derive(Debug)]
-pub struct Pin {
-    state: Arc<PinState>,
-}
-
 impl Pin {
-    /// Wraps `map` so that its lifetime after [`Pin::deleted`] counts in `counter`.
-    pub fn wrap(map: Bytes, counter: Arc<PinCounter>) -> (Bytes, Pin) {
-        let state = Arc::new(PinState {
-            state: AtomicU8::new(LIVE),
-            len: map.len() as u64,
+    /// A segment's pin, counting into `counter`.
+    pub fn new(counter: Arc<PinCounter>) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(PinState::default())),
             counter,
-        });
-        let owner = PinGuard {
-            map,
-            state: state.clone(),
-        };
-        (Bytes::from_owner(owner), Pin { state })
+        }
     }
 
-    /// The segment's file was deleted: its mapping counts as pinned until dropped.
-    pub fn deleted(&self) {
-        let state = &self.state;
-        state.counter.bytes.fetch_add(state.len, Ordering::AcqRel);
-        if state
-            .state
-            .compare_exchange(LIVE, DELETED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            // Already dropped (or already marked): take the count back.
-            state.counter.bytes.fetch_sub(state.len, Ordering::AcqRel);
+    fn lock(&self) -> std::sync::MutexGuard<'_, PinState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands out `bytes` (a view of the segment's mapping) under this pin.
+    pub fn guard(&self, bytes: Bytes) -> Bytes {
+        self.lock().live += 1;
+        Bytes::from_owner(Guard {
+            bytes,
+            pin: self.clone(),
+        })
+    }
+
+    /// The segment's file (of `len` bytes) was deleted: while byte strings it handed out live,
+    /// they pin that much.
+    pub fn deleted(&self, len: u64) {
+        let mut state = self.lock();
+        if state.live > 0 && state.counted == 0 {
+            state.counted = len;
+            self.counter.bytes.fetch_add(len, Ordering::AcqRel);
         }
     }
 }
@@ -100,25 +103,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_deleted_mapping_counts_until_its_last_slice_is_dropped() {
+    fn a_deleted_segment_counts_until_its_last_slice_is_dropped() {
         let counter = Arc::new(PinCounter::default());
-        let (bytes, pin) = Pin::wrap(Bytes::from(vec![7u8; 100]), counter.clone());
+        let pin = Pin::new(counter.clone());
+        let bytes = pin.guard(Bytes::from(vec![7u8; 100]));
+        let other = pin.guard(Bytes::from(vec![7u8; 100]));
         let slice = bytes.slice(10..20);
         drop(bytes);
         assert_eq!(counter.pinned_bytes(), 0);
-        pin.deleted();
+        pin.deleted(100);
         assert_eq!(counter.pinned_bytes(), 100);
-        pin.deleted();
+        pin.deleted(100);
         assert_eq!(counter.pinned_bytes(), 100, "marking twice counts once");
         drop(slice);
-        assert_eq!(counter.pinned_bytes(), 0);
-        let (bytes, pin) = Pin::wrap(Bytes::from(vec![1u8; 8]), counter.clone());
-        drop(bytes);
-        pin.deleted();
         assert_eq!(
             counter.pinned_bytes(),
-            0,
-            "a mapping already gone pins nothing"
+            100,
+            "another handed-out string is alive"
         );
+        drop(other);
+        assert_eq!(counter.pinned_bytes(), 0);
+        let pin = Pin::new(counter.clone());
+        drop(pin.guard(Bytes::from(vec![1u8; 8])));
+        pin.deleted(8);
+        assert_eq!(counter.pinned_bytes(), 0, "nothing alive pins nothing");
     }
 }

@@ -1,5 +1,10 @@
-//! Reading records out of segments: sealed segments through a read-only memory map, the active
-//! segment through positioned reads bounded by its committed length.
+//! Reading records out of segments, sealed and active alike, straight from their mappings.
+//!
+//! A sealed segment is mapped read-only; the active one is read through the writer's mapping, up
+//! to the length the writer published. Records handed out are zero-copy slices of the mapping;
+//! scans can instead visit borrowed records without allocating. Each batch's CRC is verified the
+//! first time a read crosses it: a segment remembers the prefix of its data whose batches passed
+//! (the bytes there never change), so repeated reads pay for framing only.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,14 +12,12 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
-use super::codec::{
-    check_crc, decode_checked, decode_checked_shared, decode_header, BATCH_HEADER_LEN,
-};
+use super::codec::{check_crc, decode_checked_shared, decode_header, visit_checked, BatchHeader};
 use super::index::SegmentIndex;
 use super::pin::{Pin, PinCounter};
-use super::record::Record;
+use super::record::{Record, RecordRef};
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{FileHandle, FileRef};
+use crate::fs::{FileHandle, MapRef};
 
 /// Where a read within one segment stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,105 +30,131 @@ pub enum ReadStop {
     EndOfSegment,
 }
 
-/// Bytes of a segment file held in memory.
-struct Image<'a> {
+/// A segment's data as one byte string, with the prefix whose CRCs are known good.
+struct Data<'a> {
     file: &'a Path,
-    /// The bytes, starting at file position `pos`; records are sliced out of them without copying.
-    bytes: &'a Bytes,
-    pos: u64,
-    /// End of the readable data in the file: a batch claiming to run past it is corrupt.
-    data_end: u64,
-    /// Whether records may be slices of `bytes` (a mapping) rather than copies (a read buffer).
-    zero_copy: bool,
+    bytes: Bytes,
+    verified: &'a AtomicU64,
 }
 
-/// Decodes batches of `image` from file position `start`, pushing records in `[from, until)` onto
-/// `out` until `budget` bytes of batches were read. Returns where it stopped and the position reached.
-fn collect(
-    image: &Image<'_>,
-    start: u64,
-    range: (i64, i64),
-    budget: &mut usize,
-    out: &mut Vec<Record>,
-) -> StoreResult<(ReadStop, u64)> {
-    let (from, until) = range;
-    let (file, data_end, image_pos, zero_copy, image) = (
-        image.file,
-        image.data_end,
-        image.pos,
-        image.zero_copy,
-        image.bytes,
-    );
-    let mut pos = start;
-    loop {
-        let rel = (pos - image_pos) as usize;
-        if rel >= image.len() {
-            return Ok((ReadStop::EndOfSegment, pos));
-        }
-        let rest = &image[rel..];
-        if rest.len() < BATCH_HEADER_LEN && pos + (rest.len() as u64) < data_end {
-            // The caller's image ends inside a batch header: it must read further.
-            return Ok((ReadStop::EndOfSegment, pos));
-        }
-        let header = decode_header(rest).map_err(|e| StoreError::corrupt(file, pos, e))?;
-        if pos + header.len() as u64 > data_end {
-            let err = crate::segment::DecodeError::Truncated {
+impl Data<'_> {
+    /// The batch at `pos`: framing checked against the data's end, CRC checked unless the batch
+    /// lies in the verified prefix (which then grows over it).
+    fn batch_at(&self, pos: u64) -> StoreResult<BatchHeader> {
+        let rest = &self.bytes[pos as usize..];
+        let corrupt = |e| StoreError::corrupt(self.file, pos, e);
+        let header = decode_header(rest).map_err(corrupt)?;
+        let end = pos + header.len() as u64;
+        if end > self.bytes.len() as u64 {
+            let err = super::DecodeError::Truncated {
                 needed: header.len(),
-                available: (data_end - pos) as usize,
+                available: rest.len(),
             };
-            return Err(StoreError::corrupt(file, pos, err));
+            return Err(corrupt(err));
         }
-        if rel + header.len() > image.len() {
-            // The caller's image ends inside this batch: it must read further.
-            return Ok((ReadStop::EndOfSegment, pos));
+        if end > self.verified.load(Ordering::Acquire) {
+            check_crc(rest, &header).map_err(corrupt)?;
+            let _ = self
+                .verified
+                .compare_exchange(pos, end, Ordering::AcqRel, Ordering::Acquire);
         }
-        // Nothing in the header is trusted before the CRC says the batch is intact.
-        let corrupt = |e| StoreError::corrupt(file, pos, e);
-        check_crc(&image[rel..], &header).map_err(corrupt)?;
-        if header.base_offset >= until {
-            return Ok((ReadStop::Bound, pos));
-        }
-        if header.last_offset() >= from {
-            let records = if zero_copy {
-                decode_checked_shared(&image.slice(rel..rel + header.len()), &header)
-            } else {
-                decode_checked(&image[rel..], &header)
+        Ok(header)
+    }
+
+    /// Walks batches from `start` while they may hold offsets below `until`, calling `f` with
+    /// each batch holding offsets at or above `from`; `f` returns false to stop. Returns where
+    /// the walk ended.
+    fn walk(
+        &self,
+        start: u64,
+        (from, until): (i64, i64),
+        mut f: impl FnMut(u64, &BatchHeader) -> StoreResult<bool>,
+    ) -> StoreResult<ReadStop> {
+        let mut pos = start;
+        while pos < self.bytes.len() as u64 {
+            let header = self.batch_at(pos)?;
+            if header.base_offset >= until {
+                return Ok(ReadStop::Bound);
             }
-            .map_err(corrupt)?;
+            if header.last_offset() >= from && !f(pos, &header)? {
+                return Ok(ReadStop::Budget(header.last_offset() + 1));
+            }
+            pos += header.len() as u64;
+            if header.last_offset() + 1 >= until {
+                return Ok(ReadStop::Bound);
+            }
+        }
+        Ok(ReadStop::EndOfSegment)
+    }
+
+    /// Pushes the records in `[from, until)` onto `out` until about `budget` bytes of batches
+    /// were read.
+    fn read(
+        &self,
+        start: u64,
+        range: (i64, i64),
+        budget: &mut usize,
+        out: &mut Vec<Record>,
+    ) -> StoreResult<ReadStop> {
+        let (from, until) = range;
+        self.walk(start, range, |pos, header| {
+            let batch = self.bytes.slice(pos as usize..pos as usize + header.len());
+            let records = decode_checked_shared(&batch, header)
+                .map_err(|e| StoreError::corrupt(self.file, pos, e))?;
             out.extend(
                 records
                     .into_iter()
                     .filter(|r| r.offset >= from && r.offset < until),
             );
             *budget = budget.saturating_sub(header.len());
-        }
-        pos += header.len() as u64;
-        if header.last_offset() + 1 >= until {
-            return Ok((ReadStop::Bound, pos));
-        }
-        if *budget == 0 {
-            return Ok((ReadStop::Budget(header.last_offset() + 1), pos));
+            Ok(*budget > 0)
+        })
+    }
+
+    /// Calls `f` with each record in `[from, until)`, borrowed from the mapping.
+    fn visit<E: From<StoreError>>(
+        &self,
+        start: u64,
+        range: (i64, i64),
+        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+    ) -> Result<ReadStop, E> {
+        let (from, until) = range;
+        let mut failed = None;
+        let stop = self.walk(start, range, |pos, header| {
+            visit_checked(&self.bytes[pos as usize..], header, |r| {
+                if failed.is_none() && r.offset >= from && r.offset < until {
+                    if let Err(e) = f(r) {
+                        failed = Some(e);
+                    }
+                }
+            })
+            .map_err(|e| StoreError::corrupt(self.file, pos, e))?;
+            Ok(failed.is_none())
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(stop),
         }
     }
 }
 
-/// A sealed, immutable segment mapped read-only.
+/// A sealed, immutable segment, mapped read-only (or through the mapping it was written by).
 ///
-/// The mapping is owned by a [`Bytes`], so records read from it are zero-copy slices that keep
-/// the mapping alive; that is sound because a sealed file is never truncated or rewritten (the
-/// file layer's `map` states the rule). Once the segment is deleted, what records still pin is
-/// counted (see [`super::pin`]).
+/// Records read from it are zero-copy slices that keep the mapping alive; that is sound because a
+/// sealed file is never truncated or rewritten (the file layer's `map` states the rule). Once the
+/// segment is deleted, what records still pin is counted (see [`super::pin`]).
 #[derive(Debug)]
 pub struct SealedSegment {
     path: PathBuf,
-    map: Bytes,
+    data: Bytes,
     index: SegmentIndex,
     pin: Pin,
+    verified: AtomicU64,
 }
 
 impl SealedSegment {
-    /// Maps a sealed segment file whose validated index is `index`; `pins` counts the mapping
-    /// once the segment is deleted.
+    /// Maps a sealed segment file whose validated index is `index` (the data is its first
+    /// `index.segment_len` bytes); `pins` counts the mapping once the segment is deleted.
     pub fn map(
         path: &Path,
         file: &dyn FileHandle,
@@ -133,7 +162,7 @@ impl SealedSegment {
         pins: Arc<PinCounter>,
     ) -> StoreResult<Self> {
         let map = file.map().at(path)?;
-        if map.len() as u64 != index.segment_len {
+        if (map.len() as u64) < index.segment_len {
             return Err(StoreError::Invalid(format!(
                 "{} is {} bytes but its index describes {}",
                 path.display(),
@@ -141,23 +170,41 @@ impl SealedSegment {
                 index.segment_len
             )));
         }
-        let (map, pin) = Pin::wrap(map, pins);
-        Ok(Self {
+        let pin = Pin::new(pins);
+        let data = pin.guard(map.slice(..index.segment_len as usize));
+        Ok(Self::with_data(path, data, index, pin))
+    }
+
+    /// The sealed form of an active segment whose data `index` describes: the same mapping.
+    pub fn seal(active: &ActiveSegment, index: SegmentIndex) -> Self {
+        assert!(index.segment_len <= active.map.len() as u64);
+        let data = active
+            .pin
+            .guard(active.map.view(index.segment_len as usize));
+        let sealed = Self::with_data(&active.path, data, index, active.pin.clone());
+        let verified = active.verified.load(Ordering::Acquire);
+        sealed.verified.store(verified, Ordering::Release);
+        sealed
+    }
+
+    fn with_data(path: &Path, data: Bytes, index: SegmentIndex, pin: Pin) -> Self {
+        Self {
             path: path.to_path_buf(),
-            map,
+            data,
             index,
             pin,
-        })
+            verified: AtomicU64::new(super::SEGMENT_HEADER_LEN as u64),
+        }
     }
 
     /// Notes that the segment's file was deleted (its mapping now pins the space).
     pub fn mark_deleted(&self) {
-        self.pin.deleted();
+        self.pin.deleted(self.index.segment_len);
     }
 
-    /// The mapped bytes of the whole file.
+    /// The segment's data (header and batches).
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        &self.data
     }
 
     /// Path of the segment file.
@@ -170,6 +217,14 @@ impl SealedSegment {
         &self.index
     }
 
+    fn view(&self) -> Data<'_> {
+        Data {
+            file: &self.path,
+            bytes: self.data.clone(),
+            verified: &self.verified,
+        }
+    }
+
     /// Reads records in `[from, until)`, spending at most about `budget` bytes of batches.
     pub fn read(
         &self,
@@ -177,37 +232,43 @@ impl SealedSegment {
         budget: &mut usize,
         out: &mut Vec<Record>,
     ) -> StoreResult<ReadStop> {
-        let start = self.index.lookup(range.0);
-        let image = Image {
-            file: &self.path,
-            bytes: &self.map,
-            pos: 0,
-            data_end: self.map.len() as u64,
-            zero_copy: true,
-        };
-        collect(&image, start, range, budget, out).map(|(stop, _)| stop)
+        self.view()
+            .read(self.index.lookup(range.0), range, budget, out)
+    }
+
+    /// Calls `f` with each record in `[from, until)`, borrowed from the mapping.
+    pub fn visit<E: From<StoreError>>(
+        &self,
+        range: (i64, i64),
+        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+    ) -> Result<ReadStop, E> {
+        self.view().visit(self.index.lookup(range.0), range, f)
     }
 }
 
-/// Read side of the active segment, shared between the writer thread and readers.
+/// Read side of the active segment, shared between the writer and readers.
 #[derive(Debug)]
 pub struct ActiveSegment {
     path: PathBuf,
-    file: FileRef,
+    map: MapRef,
     base_offset: i64,
     committed_len: AtomicU64,
     index: RwLock<SegmentIndex>,
+    pin: Pin,
+    verified: AtomicU64,
 }
 
 impl ActiveSegment {
-    /// Wraps a read handle on the active segment; `committed_len` bytes are readable.
-    pub fn new(path: PathBuf, file: FileRef, index: SegmentIndex) -> Self {
+    /// Wraps the writer's mapping of the active segment; `index.segment_len` bytes are readable.
+    pub fn new(path: PathBuf, map: MapRef, index: SegmentIndex, pins: Arc<PinCounter>) -> Self {
         Self {
             path,
-            file,
+            map,
             base_offset: index.base_offset,
             committed_len: AtomicU64::new(index.segment_len),
             index: RwLock::new(index),
+            pin: Pin::new(pins),
+            verified: AtomicU64::new(super::SEGMENT_HEADER_LEN as u64),
         }
     }
 
@@ -226,7 +287,7 @@ impl ActiveSegment {
         self.committed_len.load(Ordering::Acquire)
     }
 
-    /// Makes `len` bytes readable (called by the writer after the bytes are durable or acknowledged).
+    /// Makes `len` bytes readable (called by the writer once they are durable or acknowledged).
     pub fn publish(&self, len: u64) {
         self.committed_len.fetch_max(len, Ordering::AcqRel);
     }
@@ -241,6 +302,24 @@ impl ActiveSegment {
         f(&mut self.index.write().unwrap_or_else(|p| p.into_inner()))
     }
 
+    fn view(&self) -> (Data<'_>, u64) {
+        let len = self.committed_len();
+        let bytes = self.pin.guard(self.map.view(len as usize));
+        let data = Data {
+            file: &self.path,
+            bytes,
+            verified: &self.verified,
+        };
+        (data, len)
+    }
+
+    fn start(&self, offset: i64) -> u64 {
+        self.index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .lookup(offset)
+    }
+
     /// Reads records in `[from, until)`, spending at most about `budget` bytes of batches.
     pub fn read(
         &self,
@@ -248,50 +327,25 @@ impl ActiveSegment {
         budget: &mut usize,
         out: &mut Vec<Record>,
     ) -> StoreResult<ReadStop> {
-        let end = self.committed_len();
-        let mut pos = self
-            .index
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .lookup(range.0);
-        let chunk = (*budget).clamp(64 << 10, 8 << 20);
-        while pos < end {
-            let mut want = (end - pos).min(chunk as u64) as usize;
-            let mut image = vec![0u8; want];
-            self.file.read_exact_at(&mut image, pos).at(&self.path)?;
-            if image.len() >= BATCH_HEADER_LEN {
-                // A batch larger than the chunk: read exactly that batch.
-                let header =
-                    decode_header(&image).map_err(|e| StoreError::corrupt(&self.path, pos, e))?;
-                if header.len() > want && pos + header.len() as u64 <= end {
-                    want = header.len();
-                    image.resize(want, 0);
-                    self.file.read_exact_at(&mut image, pos).at(&self.path)?;
-                }
-            }
-            let image = Bytes::from(image);
-            let view = Image {
-                file: &self.path,
-                bytes: &image,
-                pos,
-                data_end: end,
-                // Measured: copying each batch out of the read buffer is faster for 1 KiB records
-                // than slicing it (the buffer then lives until its last record is dropped).
-                zero_copy: false,
-            };
-            let (stop, next) = collect(&view, pos, range, budget, out)?;
-            match stop {
-                ReadStop::EndOfSegment if next > pos => pos = next,
-                ReadStop::EndOfSegment => {
-                    let err = crate::segment::DecodeError::Truncated {
-                        needed: BATCH_HEADER_LEN,
-                        available: (end - pos) as usize,
-                    };
-                    return Err(StoreError::corrupt(&self.path, pos, err));
-                }
-                other => return Ok(other),
-            }
+        let start = self.start(range.0);
+        let (data, len) = self.view();
+        if start > len {
+            return Ok(ReadStop::EndOfSegment);
         }
-        Ok(ReadStop::EndOfSegment)
+        data.read(start, range, budget, out)
+    }
+
+    /// Calls `f` with each record in `[from, until)`, borrowed from the mapping.
+    pub fn visit<E: From<StoreError>>(
+        &self,
+        range: (i64, i64),
+        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+    ) -> Result<ReadStop, E> {
+        let start = self.start(range.0);
+        let (data, len) = self.view();
+        if start > len {
+            return Ok(ReadStop::EndOfSegment);
+        }
+        data.visit(start, range, f)
     }
 }

@@ -74,5 +74,36 @@ impl NewRecord {
     }
 }
 
+/// A record borrowed from the bytes it was decoded from (a segment's mapping): what a scan
+/// visits without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// Offset inside the partition.
+    pub offset: i64,
+    /// Milliseconds since the Unix epoch, as given by the writer.
+    pub timestamp: i64,
+    /// Compaction key, if any.
+    pub key: Option<&'a [u8]>,
+    /// Value; `None` marks a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+impl RecordRef<'_> {
+    /// True when the record is a tombstone (a key without a value).
+    pub fn is_tombstone(&self) -> bool {
+        self.key.is_some() && self.value.is_none()
+    }
+
+    /// An owned copy.
+    pub fn to_record(&self) -> Record {
+        Record {
+            offset: self.offset,
+            timestamp: self.timestamp,
+            key: self.key.map(Bytes::copy_from_slice),
+            value: self.value.map(Bytes::copy_from_slice),
+        }
+    }
+}
+
 /// Fixed part of an encoded record: offset delta (4), timestamp (8), attributes (1).
 pub const RECORD_FIXED_LEN: usize = 13;

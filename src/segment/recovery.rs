@@ -4,11 +4,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::header::{decode_segment_header, encode_segment_header, SEGMENT_HEADER_LEN};
+use super::header::{
+    decode_segment_header_full, encode_segment_header, SegmentHeader, SEGMENT_HEADER_LEN,
+};
 use super::index::SegmentIndex;
 use super::pin::PinCounter;
 use super::reader::SealedSegment;
-use super::scan::{index_matches, scan_segment, Scan, ScanEnd};
+use super::scan::{index_matches, nonzero_end, scan_segment, Scan, ScanEnd};
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::fs::{write_file, FileRef, FileSystem, OpenMode};
 
@@ -41,34 +43,51 @@ pub fn trusted_index(
     base: i64,
     image: &[u8],
 ) -> Option<SegmentIndex> {
+    let preallocated = decode_segment_header_full(image).ok()?.preallocated;
     let bytes = fs.read_file(index_path).ok()?;
     SegmentIndex::decode(&bytes)
         .ok()
-        .filter(|i| i.base_offset == base && index_matches(image, i))
+        .filter(|i| i.base_offset == base && index_matches(image, i, preallocated))
 }
 
-fn check_header(path: &Path, image: &[u8], base: i64) -> StoreResult<()> {
-    let found = decode_segment_header(image).map_err(|e| StoreError::corrupt(path, 0, e))?;
-    if found != base {
+/// The segment's header, checked against the base offset its name gives.
+fn check_header(path: &Path, image: &[u8], base: i64) -> StoreResult<SegmentHeader> {
+    let found = decode_segment_header_full(image).map_err(|e| StoreError::corrupt(path, 0, e))?;
+    if found.base_offset != base {
         return Err(StoreError::corrupt(
             path,
             16,
             crate::segment::DecodeError::invalid("base_offset", "differs from the file name"),
         ));
     }
-    Ok(())
+    Ok(found)
 }
 
-/// Decides what a scan that did not end cleanly means under `mode`: the length to keep, or an error.
+/// The length of a segment's data known durable from its index file (written whole, synced and
+/// renamed into place at a checkpoint): damage below it is damage, never an unsynced tail. 0 when
+/// there is no readable index for this segment.
+pub fn durable_floor(fs: &dyn FileSystem, index_path: &Path, base: i64) -> u64 {
+    fs.read_file(index_path)
+        .ok()
+        .and_then(|bytes| SegmentIndex::decode(&bytes).ok())
+        .filter(|i| i.base_offset == base)
+        .map_or(0, |i| i.segment_len)
+}
+
+/// Decides what a scan that did not end cleanly means under `mode`: the length to keep, or an
+/// error. A torn tail of the last segment is cut only above `floor` (what a checkpoint recorded
+/// as durable).
 fn resolve_end(
     path: &Path,
     scan: &Scan,
     mode: RecoveryMode,
-    last: bool,
+    (last, floor): (bool, u64),
 ) -> StoreResult<Option<u64>> {
     match (&scan.end, mode) {
         (ScanEnd::Clean, _) => Ok(None),
-        (ScanEnd::TornTail { position, .. }, RecoveryMode::TolerateTornTail) if last => {
+        (ScanEnd::TornTail { position, .. }, RecoveryMode::TolerateTornTail)
+            if last && *position >= floor =>
+        {
             Ok(Some(*position))
         }
         (
@@ -98,8 +117,37 @@ pub struct SegmentPlace<'a> {
     pub interval: u64,
 }
 
+/// Cuts a segment's data at `keep`: a version 1 file is truncated (it is not mapped then); in a
+/// preallocated file the bytes from `keep` to the last non-zero one are zeroed, so the data ends
+/// at `keep` and what follows is the zero tail. Synced. Returns the bytes cut.
+fn cut(
+    file: &FileRef,
+    path: &Path,
+    keep: u64,
+    image_len: u64,
+    preallocated: bool,
+) -> StoreResult<u64> {
+    if !preallocated {
+        file.set_len(keep).at(path)?;
+        file.sync_all().at(path)?;
+        return Ok(image_len.saturating_sub(keep));
+    }
+    let map = file.map().at(path)?;
+    let end = nonzero_end(&map) as u64;
+    drop(map);
+    let mut pos = keep;
+    let zeros = vec![0u8; 1 << 20];
+    while pos < end {
+        let n = (end - pos).min(zeros.len() as u64) as usize;
+        file.write_at(&zeros[..n], pos).at(path)?;
+        pos += n as u64;
+    }
+    file.sync_data().at(path)?;
+    Ok(end.saturating_sub(keep))
+}
+
 /// Opens a sealed (not last) segment, validating its index against the file or rebuilding it.
-/// The only cut (in `Salvage` mode) happens while the file is not mapped.
+/// The only cut (in `Salvage` mode) happens while the file is not mapped by a reader.
 pub fn open_sealed(
     place: SegmentPlace<'_>,
     pins: &Arc<PinCounter>,
@@ -116,7 +164,7 @@ pub fn open_sealed(
     loop {
         let file = fs.open(path, OpenMode::Read).at(path)?;
         let map = file.map().at(path)?;
-        check_header(path, &map, base)?;
+        let header = check_header(path, &map, base)?;
         if let Some(index) = trusted_index(fs, index_path, base, &map) {
             drop(map);
             return Ok((
@@ -125,38 +173,44 @@ pub fn open_sealed(
             ));
         }
         report.index_rebuilt = true;
-        let scan = scan_segment(
-            &map,
-            SegmentIndex::empty(base),
-            SEGMENT_HEADER_LEN as u64,
-            interval,
-        );
+        let start = SEGMENT_HEADER_LEN as u64;
+        let empty = SegmentIndex::empty(base);
+        let scan = scan_segment(&map, empty, start, (interval, header.preallocated));
+        let len = map.len() as u64;
         drop(map);
-        match resolve_end(path, &scan, mode, false)? {
+        match resolve_end(path, &scan, mode, (false, 0))? {
             None => {
                 write_file(fs, index_path, &scan.index.encode(), false)?;
                 let segment = SealedSegment::map(path, &*file, scan.index, pins.clone())?;
                 return Ok((segment, report));
             }
             Some(keep) => {
-                drop(file);
-                report.truncated_bytes += truncate(fs, path, keep)?;
+                let file = fs.open(path, OpenMode::ReadWrite).at(path)?;
+                report.truncated_bytes += cut(&file, path, keep, len, header.preallocated)?;
             }
         }
     }
 }
 
-fn truncate(fs: &dyn FileSystem, path: &Path, keep: u64) -> StoreResult<u64> {
-    let file = fs.open(path, OpenMode::ReadWrite).at(path)?;
-    let len = file.len().at(path)?;
-    file.set_len(keep).at(path)?;
-    file.sync_all().at(path)?;
-    Ok(len.saturating_sub(keep))
+/// The last segment of a partition, recovered.
+#[derive(Debug)]
+pub struct LastSegment {
+    /// The open file.
+    pub file: FileRef,
+    /// Its valid content.
+    pub index: SegmentIndex,
+    /// What recovery did.
+    pub report: SegmentRecovery,
+    /// Whether it is preallocated (format version 2). A version 1 segment takes no more
+    /// appends: the partition seals it and starts a new one.
+    pub preallocated: bool,
 }
 
-/// Opens the last segment of a partition for appending: scan from the last trusted index entry,
-/// then cut a torn tail (per `mode`). The file is not mapped, so cutting it is safe.
-pub fn open_last(place: SegmentPlace<'_>) -> StoreResult<(FileRef, SegmentIndex, SegmentRecovery)> {
+/// Opens the last segment of a partition: scan from the header (or the last trusted index
+/// entry), then cut a torn tail (per `mode`). A segment whose header never became durable, with
+/// nothing valid after it, is made again, preallocated to `capacity`. After a clean close
+/// (`clean`) nothing was written after the index, so a trusted index is taken as it is.
+pub fn open_last(place: SegmentPlace<'_>, capacity: u64, clean: bool) -> StoreResult<LastSegment> {
     let SegmentPlace {
         fs,
         path,
@@ -167,32 +221,50 @@ pub fn open_last(place: SegmentPlace<'_>) -> StoreResult<(FileRef, SegmentIndex,
     } = place;
     let mut report = SegmentRecovery::default();
     let file = fs.open(path, OpenMode::ReadWrite).at(path)?;
-    let len = file.len().at(path)?;
-    let mut image = vec![0u8; len as usize];
-    file.read_exact_at(&mut image, 0).at(path)?;
-
-    if let Err(err) = check_header(path, &image, base) {
-        // A header that never became durable: only acceptable when nothing valid follows it.
-        let empty = SegmentIndex::empty(base);
-        let holds_data = len > SEGMENT_HEADER_LEN as u64
-            && !matches!(
-                scan_segment(&image, empty, SEGMENT_HEADER_LEN as u64, interval).end,
-                ScanEnd::TornTail { position, .. } if position == SEGMENT_HEADER_LEN as u64
-            );
-        if (holds_data && mode != RecoveryMode::Salvage)
-            || mode == RecoveryMode::AbsoluteConsistency
-        {
-            return Err(err);
+    let image = file.map().at(path)?;
+    let len = image.len() as u64;
+    let header = match check_header(path, &image, base) {
+        Ok(header) => header,
+        Err(err) => {
+            // A header that never became durable: only acceptable when nothing valid follows.
+            let header_len = SEGMENT_HEADER_LEN as u64;
+            let empty = SegmentIndex::empty(base);
+            let scan = scan_segment(&image, empty, header_len, (interval, true));
+            let holds_data = len > header_len
+                && (scan.index.segment_len > header_len
+                    || matches!(scan.end, ScanEnd::Corrupt { .. }));
+            drop(image);
+            if (holds_data && mode != RecoveryMode::Salvage)
+                || mode == RecoveryMode::AbsoluteConsistency
+            {
+                return Err(err);
+            }
+            report.truncated_bytes = cut(&file, path, 0, len, true)?;
+            file.write_at(&encode_segment_header(base), 0).at(path)?;
+            let first = capacity.min(crate::segment::writer::ALLOCATION_CHUNK);
+            file.allocate(first.max(len)).at(path)?;
+            file.sync_data().at(path)?;
+            report.index_rebuilt = true;
+            let index = SegmentIndex::empty(base);
+            return Ok(LastSegment {
+                file,
+                index,
+                report,
+                preallocated: true,
+            });
         }
-        file.set_len(0).at(path)?;
-        file.write_at(&encode_segment_header(base), 0).at(path)?;
-        file.sync_all().at(path)?;
-        report.truncated_bytes = len;
-        report.index_rebuilt = true;
-        return Ok((file, SegmentIndex::empty(base), report));
+    };
+    let preallocated = header.preallocated;
+    let trusted = trusted_index(fs, index_path, base, &image);
+    if let (true, Some(index)) = (clean, &trusted) {
+        return Ok(LastSegment {
+            file,
+            index: index.clone(),
+            report,
+            preallocated,
+        });
     }
-
-    let (start_index, start) = match trusted_index(fs, index_path, base, &image) {
+    let (start_index, start) = match trusted {
         Some(mut index) => {
             let start = index.last_position();
             if let Some(last) = index.entries.last() {
@@ -205,11 +277,16 @@ pub fn open_last(place: SegmentPlace<'_>) -> StoreResult<(FileRef, SegmentIndex,
             (SegmentIndex::empty(base), SEGMENT_HEADER_LEN as u64)
         }
     };
-    let scan = scan_segment(&image, start_index, start, interval);
-    if let Some(keep) = resolve_end(path, &scan, mode, true)? {
-        file.set_len(keep).at(path)?;
-        file.sync_all().at(path)?;
-        report.truncated_bytes = len - keep;
+    let scan = scan_segment(&image, start_index, start, (interval, preallocated));
+    drop(image);
+    let floor = durable_floor(fs, index_path, base);
+    if let Some(keep) = resolve_end(path, &scan, mode, (true, floor))? {
+        report.truncated_bytes = cut(&file, path, keep, len, preallocated)?;
     }
-    Ok((file, scan.index, report))
+    Ok(LastSegment {
+        file,
+        index: scan.index,
+        report,
+        preallocated,
+    })
 }

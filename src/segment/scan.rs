@@ -63,10 +63,42 @@ fn batch_at(
     Ok(header)
 }
 
+/// One past the last non-zero byte of `image` (0 when it is all zeros). Looks at 8 bytes at a
+/// time: a preallocated segment's zero tail can be tens of megabytes.
+pub fn nonzero_end(image: &[u8]) -> usize {
+    let words = image.len() / 8;
+    let tail = &image[words * 8..];
+    if let Some(p) = tail.iter().rposition(|&b| b != 0) {
+        return words * 8 + p + 1;
+    }
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&image[i * 8..i * 8 + 8]);
+        u64::from_ne_bytes(w)
+    };
+    match (0..words).rev().find(|&i| word(i) != 0) {
+        Some(i) => {
+            i * 8
+                + image[i * 8..i * 8 + 8]
+                    .iter()
+                    .rposition(|&b| b != 0)
+                    .map_or(0, |p| p + 1)
+        }
+        None => 0,
+    }
+}
+
 /// Scans `image` (a whole segment file) from byte `start`, trusting `index` for what lies before.
+/// In a preallocated file (`zero_tail`) an invalid batch followed only by zeros is the clean end
+/// of the data.
 ///
 /// Adds an index entry whenever at least `interval` bytes passed since the last one.
-pub fn scan_segment(image: &[u8], mut index: SegmentIndex, start: u64, interval: u64) -> Scan {
+pub fn scan_segment(
+    image: &[u8],
+    mut index: SegmentIndex,
+    start: u64,
+    (interval, zero_tail): (u64, bool),
+) -> Scan {
     let mut position = start as usize;
     let mut batches = 0;
     let mut records = 0;
@@ -90,7 +122,11 @@ pub fn scan_segment(image: &[u8], mut index: SegmentIndex, start: u64, interval:
             }
             Err(error) => {
                 let position64 = position as u64;
-                break if synced_batch_after(image, position, &index) {
+                let end = nonzero_end(image);
+                if zero_tail && position >= end {
+                    break ScanEnd::Clean;
+                }
+                break if synced_batch_after(&image[..end.max(position)], position, &index) {
                     ScanEnd::Corrupt {
                         position: position64,
                         error,
@@ -156,10 +192,17 @@ fn synced_batch_after(image: &[u8], position: usize, index: &SegmentIndex) -> bo
     })
 }
 
-/// Checks every index entry against the segment image: each must point at a batch header with
-/// the entry's offset. Returns false at the first entry that does not.
-pub fn index_matches(image: &[u8], index: &SegmentIndex) -> bool {
-    index.segment_len == image.len() as u64
+/// Checks an index against the segment image: it describes all of the data (the whole file, or
+/// in a preallocated file everything before the zeros), and every entry points at a batch header
+/// with the entry's offset. Returns false at the first thing that does not match.
+pub fn index_matches(image: &[u8], index: &SegmentIndex, preallocated: bool) -> bool {
+    let len = index.segment_len as usize;
+    let covers = if preallocated {
+        len <= image.len() && image[len..].iter().take(8).all(|&b| b == 0)
+    } else {
+        len == image.len()
+    };
+    covers
         && index.entries.iter().all(|e| {
             let p = e.position as usize;
             p < image.len()

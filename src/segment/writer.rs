@@ -1,9 +1,15 @@
 //! Appending batches to a segment file: the active segment of a partition, or a segment that
 //! compaction writes under a temporary name.
 //!
+//! A segment is created preallocated (format/SEGMENT.md, file version 2): its blocks are
+//! reserved up front, so appends overwrite zeros (an fdatasync then writes no inode, and a full
+//! disk fails at creation, never at a page fault), and its bytes are reached through a writable
+//! shared mapping, so an append is a copy into memory, not a system call. Readers see the same
+//! mapping up to the length the writer published.
+//!
 //! The writer knows how much of its file the last completed sync made durable and stamps that
-//! length into every batch it writes (format/SEGMENT.md, `synced_len`), which is how recovery
-//! tells a torn tail from damage to acknowledged bytes.
+//! length into every batch it writes (`synced_len`), which is how recovery tells a torn tail from
+//! damage to acknowledged bytes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,10 +17,11 @@ use std::sync::Arc;
 use super::codec::{seal_batch, BatchHeader};
 use super::header::{encode_segment_header, SEGMENT_HEADER_LEN};
 use super::index::SegmentIndex;
+use super::pin::PinCounter;
 use super::reader::ActiveSegment;
 use super::scan::note_batch;
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{remove_if_present, FileRef, FileSystem, OpenMode};
+use crate::fs::{remove_if_present, FileRef, FileSystem, MapRef, OpenMode};
 
 /// File name of the segment whose base offset is `base`.
 pub fn segment_file_name(base: i64) -> String {
@@ -33,6 +40,12 @@ pub fn index_file_name(base: i64) -> String {
     format!("{base:020}.idx")
 }
 
+/// Bytes a segment (or journal) file grows by at a time: blocks are reserved with fallocate a
+/// chunk ahead of the writer, so appends overwrite allocated zeros, an fdatasync writes an inode
+/// only once per chunk, a full disk fails the allocation (a typed error), and a file never holds
+/// much more than its data.
+pub const ALLOCATION_CHUNK: u64 = 4 << 20;
+
 /// Where a writer stood before an append, to cut it back there if the append must be undone.
 #[derive(Debug, Clone)]
 pub struct WriterMark {
@@ -40,56 +53,121 @@ pub struct WriterMark {
     index: SegmentIndex,
 }
 
-/// An open segment file that accepts batches at its end.
+/// An open, preallocated segment file that accepts batches at the end of its data.
 #[derive(Debug)]
 pub struct SegmentWriter {
     path: PathBuf,
     file: FileRef,
+    map: MapRef,
     index_interval: u64,
     shared: Arc<ActiveSegment>,
     len: u64,
+    /// Length of the file: its blocks are allocated.
+    allocated: u64,
     /// Length the last completed sync made durable.
     synced: u64,
 }
 
+/// Creates the file of a new segment: header written, its first chunk (at most `capacity`)
+/// allocated, synced (the caller syncs the directory). A file left at `path` by an earlier attempt that failed (a full
+/// disk) is replaced; on failure nothing is left behind.
+fn create_file(fs: &dyn FileSystem, path: &Path, base: i64, capacity: u64) -> StoreResult<FileRef> {
+    remove_if_present(fs, path)?;
+    let file = fs.open(path, OpenMode::CreateNew).at(path)?;
+    let written = file
+        .write_at(&encode_segment_header(base), 0)
+        .and_then(|()| file.allocate(capacity.min(ALLOCATION_CHUNK)))
+        .and_then(|()| file.sync_data())
+        .at(path);
+    if let Err(e) = written {
+        // Best effort: a leftover is also replaced by the next attempt.
+        let _ = fs.remove_file(path);
+        return Err(e);
+    }
+    Ok(file)
+}
+
 impl SegmentWriter {
-    /// Creates a new, empty segment file at `path` with base offset `base` and makes its bytes
-    /// durable (the caller syncs the directory). A file left at `path` by an earlier attempt
-    /// that failed (a full disk) is replaced; on failure nothing is left behind.
+    /// Creates a new, empty segment of `capacity` bytes at `path` with base offset `base` (see
+    /// [`create_file`]), mapped writable (its pages faulted in up front when `populate`).
     pub fn create(
         fs: &dyn FileSystem,
         path: &Path,
         base: i64,
-        index_interval: u64,
+        (capacity, index_interval): (u64, u64),
+        pins: &Arc<PinCounter>,
     ) -> StoreResult<Self> {
-        remove_if_present(fs, path)?;
-        let file = fs.open(path, OpenMode::CreateNew).at(path)?;
-        let written = file
-            .write_at(&encode_segment_header(base), 0)
-            .and_then(|()| file.sync_data())
-            .at(path);
-        if let Err(e) = written {
-            // Best effort: a leftover is also replaced by the next attempt.
-            let _ = fs.remove_file(path);
-            return Err(e);
-        }
-        let mut writer = Self::resume(path, file, SegmentIndex::empty(base), index_interval);
+        assert!(
+            capacity > SEGMENT_HEADER_LEN as u64,
+            "a segment holds its header"
+        );
+        let file = create_file(fs, path, base, capacity)?;
+        let index = SegmentIndex::empty(base);
+        let mut writer = Self::resume(path, file, index, (capacity, index_interval), pins)?;
         writer.synced = SEGMENT_HEADER_LEN as u64;
         Ok(writer)
     }
 
-    /// Continues appending to an existing segment whose valid (and durable) content `index`
-    /// describes.
-    pub fn resume(path: &Path, file: FileRef, index: SegmentIndex, index_interval: u64) -> Self {
+    /// Makes an empty segment at `path` again with `capacity` bytes: the new file is created
+    /// under a temporary name and renamed over the old one, and the directory synced, so a
+    /// failure leaves the old (empty) segment as it was.
+    pub fn recreate(
+        fs: &dyn FileSystem,
+        path: &Path,
+        base: i64,
+        (capacity, index_interval): (u64, u64),
+        pins: &Arc<PinCounter>,
+    ) -> StoreResult<Self> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        let file = create_file(fs, &tmp, base, capacity)?;
+        fs.rename(&tmp, path).at(path)?;
+        crate::fs::sync_parent(fs, path)?;
+        let index = SegmentIndex::empty(base);
+        let mut writer = Self::resume(path, file, index, (capacity, index_interval), pins)?;
+        writer.synced = SEGMENT_HEADER_LEN as u64;
+        Ok(writer)
+    }
+
+    /// Continues appending to an existing preallocated segment whose valid (and durable)
+    /// content `index` describes; everything past it is zero. The segment may grow to
+    /// `capacity` bytes (or its current length, if longer).
+    pub fn resume(
+        path: &Path,
+        file: FileRef,
+        index: SegmentIndex,
+        (capacity, index_interval): (u64, u64),
+        pins: &Arc<PinCounter>,
+    ) -> StoreResult<Self> {
+        let allocated = file.len().at(path)?;
+        let map = file.map_writable(capacity.max(allocated)).at(path)?;
         let len = index.segment_len;
-        Self {
+        assert!(len <= allocated, "the data fits its file");
+        let shared = ActiveSegment::new(path.to_path_buf(), map.clone(), index, pins.clone());
+        Ok(Self {
             path: path.to_path_buf(),
-            shared: Arc::new(ActiveSegment::new(path.to_path_buf(), file.clone(), index)),
+            shared: Arc::new(shared),
             file,
+            map,
             index_interval: index_interval.max(1),
             len,
+            allocated,
             synced: len,
+        })
+    }
+
+    /// Allocates the file up to at least `end` (a chunk ahead, at most the mapping's length).
+    fn allocate_to(&mut self, end: u64) -> StoreResult<()> {
+        if end <= self.allocated {
+            return Ok(());
         }
+        let target = end
+            .max(self.allocated + ALLOCATION_CHUNK)
+            .min(self.map.len() as u64);
+        self.file.allocate(target).at(&self.path)?;
+        self.allocated = target;
+        Ok(())
     }
 
     /// Path of the segment file.
@@ -97,9 +175,14 @@ impl SegmentWriter {
         &self.path
     }
 
-    /// Current length of the file in bytes.
+    /// Length of the data in bytes (the file is longer: preallocated).
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Bytes the file can still take.
+    pub fn remaining(&self) -> u64 {
+        self.map.len() as u64 - self.len
     }
 
     /// Length made durable by the last completed sync.
@@ -127,17 +210,27 @@ impl SegmentWriter {
         &self.file
     }
 
-    /// Seals the unsealed batch `batch` (its base offset as encoded, this file's synced length)
-    /// and appends it. On failure the file is cut back to its previous length, so a partial
-    /// write never stays behind a later batch.
+    /// The writable mapping.
+    pub fn map(&self) -> &MapRef {
+        &self.map
+    }
+
+    /// Seals the unsealed batch `batch` (its base offset as `header` says, this file's synced
+    /// length) and copies it after the data. The caller makes room first (rolls when
+    /// [`Self::remaining`] is too small).
     pub fn append(&mut self, batch: &mut [u8], header: &mut BatchHeader) -> StoreResult<()> {
+        if batch.len() as u64 > self.remaining() {
+            return Err(StoreError::Invalid(format!(
+                "a {} byte batch does not fit the {} bytes left in {}",
+                batch.len(),
+                self.remaining(),
+                self.path.display()
+            )));
+        }
+        self.allocate_to(self.len + batch.len() as u64)?;
         let base = header.base_offset;
         seal_batch(batch, header, base, self.synced);
-        if let Err(e) = self.file.write_at(batch, self.len) {
-            // The active file is never mapped, so cutting it is safe.
-            self.file.set_len(self.len).at(&self.path)?;
-            return Err(StoreError::io(&self.path, e));
-        }
+        self.map.write(self.len as usize, batch).at(&self.path)?;
         let position = self.len;
         let interval = self.index_interval;
         self.shared
@@ -154,7 +247,8 @@ impl SegmentWriter {
         }
     }
 
-    /// Undoes every append since `mark` (their bytes were never published or synced).
+    /// Undoes every append since `mark` (their bytes were never published or synced): zeroes
+    /// them, so the data ends where it ended.
     pub fn rollback(&mut self, mark: WriterMark) -> StoreResult<()> {
         assert!(
             mark.len >= self.synced,
@@ -163,13 +257,14 @@ impl SegmentWriter {
         if mark.len == self.len {
             return Ok(());
         }
-        self.file.set_len(mark.len).at(&self.path)?;
+        let zeros = vec![0u8; (self.len - mark.len) as usize];
+        self.map.write(mark.len as usize, &zeros).at(&self.path)?;
         self.len = mark.len;
         self.shared.update_index(|index| *index = mark.index);
         Ok(())
     }
 
-    /// Makes every appended byte durable (fdatasync).
+    /// Makes every appended byte durable (fdatasync writes back the mapping's dirty pages).
     pub fn sync(&mut self) -> StoreResult<()> {
         let len = self.len;
         self.file.sync_data().at(&self.path)?;
@@ -182,19 +277,17 @@ impl SegmentWriter {
         self.synced = self.synced.max(len);
     }
 
-    /// After a failed sync: writes the unsynced bytes again from the file's current contents
-    /// and syncs, so that what was written (and may have been read) becomes durable as it is.
+    /// After a failed sync: writes the unsynced bytes again (from the mapping, which still holds
+    /// them) and syncs, so that what was written (and may have been read) becomes durable as it
+    /// is.
     pub fn resync(&mut self) -> StoreResult<()> {
-        let mut buffer = vec![0u8; 1 << 20];
-        let mut pos = self.synced;
-        while pos < self.len {
-            let n = ((self.len - pos) as usize).min(buffer.len());
-            self.file
-                .read_exact_at(&mut buffer[..n], pos)
-                .and_then(|()| self.file.write_at(&buffer[..n], pos))
-                .at(&self.path)?;
-            pos += n as u64;
-        }
+        let unsynced = self
+            .map
+            .view(self.len as usize)
+            .slice(self.synced as usize..);
+        let copy = unsynced.to_vec();
+        drop(unsynced);
+        self.map.write(self.synced as usize, &copy).at(&self.path)?;
         self.sync()
     }
 }

@@ -40,7 +40,7 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
                 &image,
                 SegmentIndex::empty(base),
                 SEGMENT_HEADER_LEN as u64,
-                4096,
+                (4096, preallocated(&image)),
             )
             .index
         }
@@ -171,4 +171,9 @@ pub fn dump_segment(path: &Path, out: &mut dyn Write) -> StoreResult<()> {
         pos += h.len();
     }
     Ok(())
+}
+
+/// Whether a segment image is a preallocated (version 2) file, whose data ends at its zero tail.
+pub(crate) fn preallocated(image: &[u8]) -> bool {
+    crate::segment::decode_segment_header_full(image).is_ok_and(|h| h.preallocated)
 }

@@ -100,7 +100,7 @@ pub fn verify_segment(
         &image,
         SegmentIndex::empty(base),
         SEGMENT_HEADER_LEN as u64,
-        4096,
+        (4096, super::inspect::preallocated(&image)),
     );
     report.batches += scan.batches;
     report.records += scan.records;
@@ -173,7 +173,7 @@ pub fn verify_store(root: &Path) -> StoreResult<VerifyReport> {
 fn nothing_valid_after_header(image: &[u8], base: i64) -> bool {
     image.len() <= SEGMENT_HEADER_LEN
         || matches!(
-            scan_segment(image, SegmentIndex::empty(base), SEGMENT_HEADER_LEN as u64, 4096).end,
+            scan_segment(image, SegmentIndex::empty(base), SEGMENT_HEADER_LEN as u64, (4096, true)).end,
             ScanEnd::TornTail { position, .. } if position == SEGMENT_HEADER_LEN as u64
         )
 }

@@ -5,13 +5,24 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use strata::coordination::{
-    CoordinationRecord, CoordinationTransport, DiskCoordinationTransport, FencingToken, Lease,
-    MemberId, Role,
+    coordination_log_options, CoordinationRecord, CoordinationTransport, DiskCoordination,
+    DiskCoordinationTransport, FencingToken, Lease, MemberId, Role,
 };
-use strata::Store;
+use strata::{LogOptions, Store};
+
+/// The transport on `store`, with a small coordination log (crash images copy files whole).
+fn transport(store: &Store) -> strata::StoreResult<DiskCoordinationTransport> {
+    let options = LogOptions {
+        segment_bytes: 16 << 10,
+        journal_bytes: 64 << 10,
+        maintenance_interval: None,
+        ..coordination_log_options()
+    };
+    Ok(DiskCoordination::open_with(store, 2, options)?.transport())
+}
 
 use super::harness::{Disk, Outcome, Workload};
-use super::log_paths::{open_image, runtime, verify_clean, Tally};
+use super::log_paths::{open_image, open_with_retries, runtime, verify_clean, Tally};
 
 fn role(i: usize) -> Role {
     Role::new(&format!("role-{}", i % 2)).unwrap()
@@ -88,18 +99,9 @@ impl Workload for Coordination {
     }
 
     fn run(&self, disk: &Disk, acks: &mut CoordinationAcks, between: &dyn Fn()) {
-        let mut opened = None;
-        for _ in 0..2 {
-            match Store::open_with(&disk.root, disk.options())
-                .and_then(|s| DiskCoordinationTransport::open(&s).map(|t| (s, t)))
-            {
-                Ok(pair) => {
-                    opened = Some(pair);
-                    break;
-                }
-                Err(_) => acks.tally.error(),
-            }
-        }
+        let opened = open_with_retries(disk, &mut acks.tally, between, || {
+            Store::open_with(&disk.root, disk.options()).and_then(|s| transport(&s).map(|t| (s, t)))
+        });
         let Some((store, transport)) = opened else {
             return;
         };
@@ -130,7 +132,7 @@ impl Workload for Coordination {
 
     fn check(&self, root: &Path, acks: &CoordinationAcks) {
         let (disk, store) = open_image(root);
-        let transport = DiskCoordinationTransport::open(&store).expect("the transport opens");
+        let transport = transport(&store).expect("the transport opens");
         let rt = runtime();
         for i in 0..2 {
             let r = role(i);

@@ -19,7 +19,7 @@ use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement}
 use ursula_stream::StreamErrorCode;
 
 use super::harness::{Disk, Outcome, Workload};
-use super::log_paths::{open_image, runtime, verify_clean, Tally};
+use super::log_paths::{open_image, open_with_retries, runtime, verify_clean, Tally};
 
 const CT: &str = "application/octet-stream";
 
@@ -35,6 +35,7 @@ pub fn group_options() -> GroupOptions {
     GroupOptions {
         payload_log: LogOptions {
             segment_bytes: 4096,
+            journal_bytes: 64 << 10,
             ..LogOptions::default()
         },
         orphan_grace: std::time::Duration::ZERO,
@@ -264,22 +265,11 @@ impl Workload for Group {
     }
 
     fn run(&self, disk: &Disk, acks: &mut GroupAcks, between: &dyn Fn()) {
-        let mut opened = None;
-        for _ in 0..2 {
-            let attempt = Store::open_with(&disk.root, disk.options()).and_then(|s| {
-                open_engine(&s)
-                    .map(|e| (s, e))
-                    .map_err(|e| strata::StoreError::Invalid(e.to_string()))
-            });
-            match attempt {
-                Ok(pair) => {
-                    opened = Some(pair);
-                    break;
-                }
-                Err(_) if disk.dead() => return,
-                Err(e) => acks.tally.failed(e),
-            }
-        }
+        let opened = open_with_retries(disk, &mut acks.tally, between, || {
+            let store = Store::open_with(&disk.root, disk.options()).map_err(|e| e.to_string())?;
+            let engine = open_engine(&store).map_err(|e| e.to_string())?;
+            Ok::<_, String>((store, engine))
+        });
         let Some((store, mut engine)) = opened else {
             return;
         };

@@ -289,8 +289,8 @@ pub fn fail_each_operation<W: Workload>(w: &W, stride: u64) -> u64 {
 }
 
 /// Runs the workload with the disk full after `budget` bytes until `between`, where space is
-/// freed; checks the result.
-pub fn fill_disk<W: Workload>(w: &W, budget: u64) {
+/// freed; checks the result. Returns how many errors the full disk caused.
+pub fn fill_disk<W: Workload>(w: &W, budget: u64) -> usize {
     let disk = Disk::new();
     disk.fs.set_plan(FaultPlan::DiskFull { bytes: budget });
     let mut acks = W::Acks::default();
@@ -304,4 +304,23 @@ pub fn fill_disk<W: Workload>(w: &W, budget: u64) {
         w.name()
     );
     check_image(w, &disk.root, &acks, &context);
+    outcome.errors_before
+}
+
+/// [`fill_disk`] with the disk full at an eighth, a third and two thirds of what the workload
+/// writes in all; the disk must have filled.
+pub fn fill_disk_at_fractions<W: Workload>(w: &W) {
+    let dry = Disk::new();
+    let mut acks = W::Acks::default();
+    w.run(&dry, &mut acks, &|| {});
+    let total = dry.fs.grown();
+    let errors: usize = [total / 8, total / 3, total * 2 / 3]
+        .into_iter()
+        .map(|budget| fill_disk(w, budget))
+        .sum();
+    assert!(
+        errors > 0,
+        "{}: the disk never filled ({total} bytes written)",
+        w.name()
+    );
 }

@@ -49,29 +49,45 @@ pub fn all_records(log: &Log, partition: u32) -> Vec<strata::Record> {
     out
 }
 
-/// Opens the store and `log` on `disk`, trying twice (a single injected fault may hit the
-/// first attempt); errors are counted in `tally`.
-pub fn open_log(
+/// Opens what `open` opens on `disk`: tries twice (a single injected fault may hit the first
+/// attempt), then frees space (`between`, for a disk too full to open) and tries once more.
+/// Errors are counted in `tally`.
+pub fn open_with_retries<T, E: std::fmt::Display>(
     disk: &Disk,
     tally: &mut Tally,
+    between: &dyn Fn(),
+    open: impl Fn() -> Result<T, E>,
+) -> Option<T> {
+    for attempt in 0..3 {
+        if disk.dead() {
+            return None;
+        }
+        if attempt == 2 {
+            between();
+            tally.halfway = true;
+        }
+        match open() {
+            Ok(opened) => return Some(opened),
+            Err(e) => tally.failed(e),
+        }
+    }
+    None
+}
+
+/// Opens the store and `log` on `disk` (see [`open_with_retries`]).
+pub fn open_log(
+    disk: &Disk,
+    (tally, between): (&mut Tally, &dyn Fn()),
     name: &str,
     partitions: u32,
     options: LogOptions,
 ) -> Option<(Store, Log)> {
-    for _ in 0..2 {
-        if disk.dead() {
-            return None;
-        }
-        let opened = Store::open_with(&disk.root, disk.options()).and_then(|s| {
+    open_with_retries(disk, tally, between, || {
+        Store::open_with(&disk.root, disk.options()).and_then(|s| {
             s.open_log(name, partitions, options.clone())
                 .map(|l| (s, l))
-        });
-        match opened {
-            Ok(pair) => return Some(pair),
-            Err(_) => tally.error(),
-        }
-    }
-    None
+        })
+    })
 }
 
 /// Errors and the probe, shared by the workloads' acknowledgement records.
@@ -118,6 +134,7 @@ fn append_options() -> LogOptions {
     LogOptions {
         segment_bytes: 16 << 10,
         index_interval_bytes: 256,
+        journal_bytes: 64 << 10,
         ..LogOptions::default()
     }
 }
@@ -223,7 +240,7 @@ impl Workload for Appends {
     fn run(&self, disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn()) {
         let Some((store, log)) = open_log(
             disk,
-            &mut acks.tally,
+            (&mut acks.tally, between),
             "events",
             PARTITIONS,
             append_options(),
@@ -305,6 +322,7 @@ impl Workload for Appends {
 fn retention_options() -> LogOptions {
     LogOptions {
         segment_bytes: 4096,
+        journal_bytes: 64 << 10,
         retention: RetentionPolicy {
             max_bytes: Some(3 * 4096),
             max_age: None,
@@ -334,8 +352,13 @@ impl Workload for Retention {
     }
 
     fn run(&self, disk: &Disk, acks: &mut RetentionAcks, between: &dyn Fn()) {
-        let Some((store, log)) = open_log(disk, &mut acks.tally, "kept", 1, retention_options())
-        else {
+        let Some((store, log)) = open_log(
+            disk,
+            (&mut acks.tally, between),
+            "kept",
+            1,
+            retention_options(),
+        ) else {
             return;
         };
         let rt = runtime();
@@ -398,6 +421,7 @@ impl Workload for Retention {
 fn compaction_options() -> LogOptions {
     LogOptions {
         segment_bytes: 4096,
+        journal_bytes: 64 << 10,
         compaction: CompactionPolicy {
             enabled: true,
             delete_retention: std::time::Duration::from_secs(3600),
@@ -461,8 +485,13 @@ impl Workload for Compaction {
     }
 
     fn run(&self, disk: &Disk, acks: &mut CompactionAcks, between: &dyn Fn()) {
-        let Some((store, log)) = open_log(disk, &mut acks.tally, "table", 1, compaction_options())
-        else {
+        let Some((store, log)) = open_log(
+            disk,
+            (&mut acks.tally, between),
+            "table",
+            1,
+            compaction_options(),
+        ) else {
             return;
         };
         let rt = runtime();
@@ -522,6 +551,15 @@ impl Workload for Compaction {
 
 // ---------------------------------------------------------------- MANIFEST
 
+/// Options of the MANIFEST workload's logs: small files (crash images copy them whole).
+fn small_log() -> LogOptions {
+    LogOptions {
+        segment_bytes: 4096,
+        journal_bytes: 64 << 10,
+        ..LogOptions::default()
+    }
+}
+
 /// Log creations one after another (each a MANIFEST replacement): every log whose creation was
 /// acknowledged is there after a power cut, with its partition count.
 pub struct Manifest;
@@ -541,7 +579,7 @@ impl Workload for Manifest {
     }
 
     fn run(&self, disk: &Disk, acks: &mut ManifestAcks, between: &dyn Fn()) {
-        let Some((store, _)) = open_log(disk, &mut acks.tally, "log-0", 1, LogOptions::default())
+        let Some((store, _)) = open_log(disk, (&mut acks.tally, between), "log-0", 1, small_log())
         else {
             return;
         };
@@ -555,12 +593,12 @@ impl Workload for Manifest {
                 acks.tally.halfway = true;
             }
             let name = format!("log-{i}");
-            match store.open_log(&name, 1 + i % 3, LogOptions::default()) {
+            match store.open_log(&name, 1 + i % 3, small_log()) {
                 Ok(_) => acks.logs.push((name, 1 + i % 3)),
                 Err(_) => acks.tally.error(),
             }
         }
-        let probe = |n| store.open_log(&format!("probe-{n}"), 1, LogOptions::default());
+        let probe = |n| store.open_log(&format!("probe-{n}"), 1, small_log());
         acks.tally.probe_ok = !disk.dead() && (probe(0).is_ok() || probe(1).is_ok());
         let _ = store.close_blocking();
     }
@@ -578,7 +616,7 @@ impl Workload for Manifest {
                 "log {log:?} was created, then lost: {present:?}"
             );
             store
-                .open_log(&log.0, log.1, LogOptions::default())
+                .open_log(&log.0, log.1, small_log())
                 .expect("an acknowledged log opens");
         }
         verify_clean(&disk, store);

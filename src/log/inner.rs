@@ -1,0 +1,329 @@
+//! The shared state of a log and what the appending threads do with it: write a request into
+//! its partitions (and the journal), sync, publish, checkpoint, and the background thread that
+//! syncs buffered logs and retires journal files.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::append::{poisoned, Publication};
+use super::commit::GroupCommit;
+use super::journal::Journal;
+use super::maintenance::MaintenanceStatus;
+use super::options::{Durability, LogOptions};
+use super::partition::{Partition, PartitionRecovery};
+use super::replay::ReplayReport;
+use super::request::{EncodedRequest, OffsetRange};
+use crate::error::{IoContext, StoreError, StoreResult};
+
+/// The shared state of a log.
+pub(crate) struct LogInner {
+    pub name: String,
+    pub dir: PathBuf,
+    pub options: LogOptions,
+    /// True when only the owning layer may remove records.
+    pub owned: bool,
+    pub partitions: Vec<Arc<Partition>>,
+    /// The journal of a `Durability::Sync` log.
+    pub journal: Option<Mutex<Journal>>,
+    /// Its group commit.
+    pub commit: Option<GroupCommit>,
+    /// Serializes conditional appends (check, then write).
+    pub order: Mutex<()>,
+    pub closed: AtomicBool,
+    pub commits: watch::Sender<u64>,
+    pub sync_rounds: AtomicU64,
+    pub recovery: Vec<PartitionRecovery>,
+    pub replay: ReplayReport,
+    pub maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    pub maintenance_status: Mutex<MaintenanceStatus>,
+    pub background: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    /// Keeps the store's directory lock alive until the log is closed.
+    pub lock: Mutex<Option<Arc<dyn Send + Sync>>>,
+}
+
+impl LogInner {
+    fn journal(&self) -> Option<MutexGuard<'_, Journal>> {
+        self.journal
+            .as_ref()
+            .map(|j| j.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn partitions_fs(&self) -> crate::fs::Fs {
+        self.partitions[0].fs.clone()
+    }
+
+    /// Wakes subscribers (only when there are any: a buffered append stays cheap).
+    pub fn notify(&self) {
+        if self.commits.receiver_count() > 0 {
+            self.commits.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    /// Writes every batch of `request`, or none: locks its partitions (in order), makes room,
+    /// writes into the segments (and the journal), and either publishes at once (no journal) or
+    /// queues the publication for the journal position it returns.
+    pub fn write(
+        &self,
+        mut request: EncodedRequest,
+    ) -> StoreResult<(Vec<OffsetRange>, Option<u64>)> {
+        let mut ids = request.partitions();
+        ids.sort_unstable();
+        let mut writers: Vec<_> = ids
+            .iter()
+            .map(|&id| {
+                (
+                    id,
+                    &self.partitions[id as usize],
+                    self.partitions[id as usize].lock_writer(),
+                )
+            })
+            .collect();
+        for (id, p, w) in &mut writers {
+            w.heal(p)?;
+            w.make_room(p, request.bytes_for(*id))?;
+            self.bound_unsynced(p, w)?;
+        }
+        let mut journal = self.journal();
+        if let Some(j) = journal.as_mut() {
+            j.heal()?;
+            j.make_room(request.frame_bytes())?;
+        }
+        let marks: Vec<_> = writers.iter().map(|(_, _, w)| w.mark()).collect();
+        let journal_mark = journal.as_ref().map(|j| j.current.len);
+        let slot = |id: u32| ids.binary_search(&id).unwrap_or(0);
+        let written = request.write(&mut |id, batch, header| {
+            let (_, _, w) = &mut writers[slot(id)];
+            w.write(batch, header)?;
+            if let Some(j) = journal.as_mut() {
+                j.current.append(id, batch)?;
+            }
+            Ok(())
+        });
+        let ranges = match written {
+            Ok(ranges) => ranges,
+            Err(e) => {
+                for ((_, _, w), mark) in writers.iter_mut().zip(marks) {
+                    w.rollback(mark);
+                }
+                if let (Some(j), Some(len)) = (journal.as_mut(), journal_mark) {
+                    if let Err(undo) = j.current.rollback(len) {
+                        j.poisoned = Some(format!("undoing a failed append: {undo}"));
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let Some(j) = journal else {
+            for (_, p, w) in &writers {
+                w.publish(p);
+            }
+            drop(writers);
+            self.notify();
+            return Ok((ranges, None));
+        };
+        let lsn = j.current.lsn();
+        for (_, _, w) in &mut writers {
+            let publication = Publication {
+                lsn,
+                next_offset: w.next_offset,
+                segment: w.active.shared().clone(),
+                len: w.active.len(),
+            };
+            w.pending.push_back(publication);
+        }
+        Ok((ranges, Some(lsn)))
+    }
+
+    /// A buffered log syncs a partition inline once its unsynced bytes reach the bound (the
+    /// journal's bound is kept by the group commit, before writing).
+    fn bound_unsynced(
+        &self,
+        _p: &Partition,
+        w: &mut super::append::PartitionWriter,
+    ) -> StoreResult<()> {
+        if self.journal.is_some() {
+            return Ok(());
+        }
+        let unsynced = w.active.len() - w.active.synced_len();
+        if unsynced >= self.options.max_unsynced_bytes {
+            w.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Unsynced journal bytes past the bound: the caller waits for a round before writing.
+    pub fn journal_backlog(&self) -> Option<u64> {
+        let commit = self.commit.as_ref()?;
+        let lsn = self.journal()?.current.lsn();
+        (lsn - commit.synced() >= self.options.max_unsynced_bytes).then_some(lsn)
+    }
+
+    /// One group-commit round: fdatasync of the journal file up to its current end. Returns the
+    /// durable journal position, or the position the failure leaves in doubt.
+    pub fn sync_journal(&self) -> Result<u64, (u64, StoreError)> {
+        let Some(mut j) = self.journal() else {
+            return Ok(0);
+        };
+        let lsn = j.current.lsn();
+        if let Err(e) = j.heal() {
+            return Err((lsn, e));
+        }
+        let (file, path, seq, len) = (
+            j.current.file.clone(),
+            j.current.path.clone(),
+            j.current.seq,
+            j.current.len,
+        );
+        drop(j);
+        self.sync_rounds.fetch_add(1, Ordering::Relaxed);
+        let synced = file.sync_data().at(&path);
+        let mut j = self.journal().expect("a journaled log");
+        match synced {
+            Ok(()) => {
+                if j.current.seq == seq {
+                    j.current.synced = j.current.synced.max(len);
+                }
+                Ok(lsn)
+            }
+            Err(e) => {
+                j.poisoned = Some(e.to_string());
+                Err((lsn, e))
+            }
+        }
+    }
+
+    /// Makes readable what the journal made durable up to `lsn`, in every partition.
+    pub fn publish_journaled(&self, lsn: u64) {
+        let mut any = false;
+        for p in &self.partitions {
+            any |= p.lock_writer().publish_until(p, lsn);
+        }
+        if any {
+            self.notify();
+        }
+    }
+
+    /// Syncs every partition's active segment (heals first); reports the first failure.
+    fn sync_partitions(&self, mark: bool) -> StoreResult<()> {
+        let mut first_error = None;
+        let mut synced_any = false;
+        for p in &self.partitions {
+            let mut w = p.lock_writer();
+            synced_any |= w.dirty;
+            let synced = w.heal(p).and_then(|()| w.sync());
+            let marked = synced.and_then(|()| match mark {
+                true => w.mark_durable(p),
+                false => Ok(()),
+            });
+            if let Err(e) = marked {
+                first_error.get_or_insert(e);
+            }
+        }
+        if synced_any {
+            self.sync_rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// A checkpoint: syncs every partition's active segment and records, in its index (written
+    /// atomically), the length that is now durable, so recovery knows damage below it is damage
+    /// and not an unsynced tail; then deletes the journal files whose frames all lie before the
+    /// journal's end as it was when the checkpoint began.
+    pub fn checkpoint(&self) -> StoreResult<()> {
+        let lsn = self.journal().map(|j| j.current.lsn());
+        self.sync_partitions(true)?;
+        match (lsn, self.journal()) {
+            (Some(lsn), Some(mut j)) => j.drop_retired(lsn),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes everything written so far durable: a journal round, or syncs of every partition.
+    pub fn sync_all_blocking(&self) -> StoreResult<()> {
+        match (&self.commit, self.journal().map(|j| j.current.lsn())) {
+            (Some(commit), Some(lsn)) => commit.wait(self, lsn),
+            _ => self.sync_partitions(false),
+        }
+    }
+
+    /// Stops the background work, syncs, checkpoints and writes the active indexes.
+    pub fn shutdown(&self) -> StoreResult<()> {
+        self.stop_maintenance();
+        stop_thread(&self.background);
+        let mut result = self
+            .sync_all_blocking()
+            .and_then(|()| self.checkpoint())
+            .and_then(|()| self.journal().map_or(Ok(()), |mut j| j.retire_current()));
+        if result.is_ok() {
+            result = super::clean_close::mark(&*self.partitions_fs(), &self.dir);
+        }
+        for p in &self.partitions {
+            if let Some(reason) = &p.lock_writer().poisoned {
+                result = result.and(Err(poisoned(p.id, reason)));
+            }
+        }
+        self.commits.send_modify(|v| *v = v.wrapping_add(1));
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        result
+    }
+
+    /// One pass of background work: a buffered log's syncs, a journaled log's checkpoint once
+    /// the journal has moved to a new file.
+    fn background_pass(&self) -> StoreResult<()> {
+        if self.journal.is_none() {
+            return self.sync_partitions(false);
+        }
+        if self.journal().is_some_and(|j| !j.retired.is_empty()) {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Starts the background thread (buffered syncs every interval; checkpoints).
+    pub fn start_background(self: &Arc<Self>) -> StoreResult<()> {
+        let period = match self.options.durability {
+            Durability::Interval(d) => d,
+            Durability::Sync => Duration::from_millis(100),
+        };
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let weak: Weak<LogInner> = Arc::downgrade(self);
+        let handle = std::thread::Builder::new()
+            .name(format!("strata-sync-{}", self.name))
+            .spawn(move || loop {
+                match stop_rx.recv_timeout(period) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                // A failed pass leaves its partition poisoned or its files for the next pass.
+                let _ = inner.background_pass();
+            })
+            .map_err(|e| StoreError::io(&self.dir, e))?;
+        *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
+        Ok(())
+    }
+}
+
+/// Stops a background thread and waits for it (unless it is the calling thread).
+pub(crate) fn stop_thread(slot: &Mutex<Option<(Sender<()>, JoinHandle<()>)>>) {
+    if let Some((stop, handle)) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        drop(stop);
+        if handle.thread().id() != std::thread::current().id() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for LogInner {
+    fn drop(&mut self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            let _ = self.shutdown();
+        }
+    }
+}
