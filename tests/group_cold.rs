@@ -702,6 +702,30 @@ async fn the_sweep_spares_young_uploads_and_flush_refuses_a_missing_object() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_removes_a_temporary_file_an_interrupted_upload_left() {
+    // A local upload killed between creating its temporary file and renaming it leaves the
+    // file behind; the sweep lists it and must be able to delete it (it used to fail on it).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, mut engine) = open(
+        dir.path(),
+        ColdStore::local(&dir.path().join("cold")).unwrap(),
+    );
+    let id = BucketStreamId::new("tenant", "leftover");
+    create_stream(&mut engine, &id).await;
+    let object = engine.cold_namespace().new_object_path(&id, 0, 10);
+    let leftover = dir
+        .path()
+        .join("cold")
+        .join(format!("{object}{}1-2", strata::cold::TMP_MARK));
+    std::fs::create_dir_all(leftover.parent().unwrap()).unwrap();
+    std::fs::write(&leftover, b"half an object").unwrap();
+    assert_eq!(engine.sweep_orphan_objects().await.expect("sweep"), 1);
+    assert!(!leftover.exists(), "the leftover is gone");
+    assert!(engine.verify().await.is_clean());
+    close(store, engine);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_whose_names_nest_keep_their_objects_apart() {
     // `tenant/a` and, with affinity key `a`, stream `chunks` of bucket `tenant` used to share
     // the prefix `tenant/a/chunks/`: deleting one and collecting its objects took the other's.

@@ -57,12 +57,24 @@ impl LocalDir {
         })
     }
 
-    /// The file of object `path`; refuses paths that would leave the directory.
+    /// The file of object `path`; refuses paths that would leave the directory, and names of
+    /// temporary files.
     fn file(&self, path: &str) -> Result<PathBuf, ColdError> {
+        if path.contains(TMP_MARK) {
+            return Err(ColdError::Config(format!(
+                "object path {path:?} names a temporary file"
+            )));
+        }
+        self.file_or_leftover(path)
+    }
+
+    /// The file of object `path`, or of a temporary file an interrupted `put` left (which only
+    /// [`Self::delete`] may name); refuses paths that would leave the directory.
+    fn file_or_leftover(&self, path: &str) -> Result<PathBuf, ColdError> {
         let parts: Vec<&str> = path.split('/').collect();
         if parts
             .iter()
-            .any(|p| p.is_empty() || *p == "." || *p == ".." || p.contains(TMP_MARK))
+            .any(|p| p.is_empty() || *p == "." || *p == "..")
         {
             return Err(ColdError::Config(format!(
                 "object path {path:?} is not a plain relative path"
@@ -131,9 +143,9 @@ impl LocalDir {
         }
     }
 
-    /// Deletes an object durably; an absent object is fine.
+    /// Deletes an object (or a leftover temporary file) durably; an absent one is fine.
     pub fn delete(&self, path: &str) -> Result<(), ColdError> {
-        let file = self.file(path)?;
+        let file = self.file_or_leftover(path)?;
         let fs = &*self.fs;
         if fs.kind(&file).map_err(|e| io_error(&file, e))?.is_none() {
             return Ok(());
