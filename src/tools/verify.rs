@@ -169,11 +169,13 @@ pub fn verify_store(root: &Path) -> StoreResult<VerifyReport> {
     Ok(report)
 }
 
-/// True when no valid batch follows the (invalid) header of a segment image.
+/// True when no valid batch follows the (invalid) header of a segment image (the rule recovery
+/// applies to a last segment whose header never became durable).
 fn nothing_valid_after_header(image: &[u8], base: i64) -> bool {
-    image.len() <= SEGMENT_HEADER_LEN
-        || matches!(
-            scan_segment(image, SegmentIndex::empty(base), SEGMENT_HEADER_LEN as u64, (4096, true)).end,
-            ScanEnd::TornTail { position, .. } if position == SEGMENT_HEADER_LEN as u64
-        )
+    let header_len = SEGMENT_HEADER_LEN as u64;
+    if image.len() as u64 <= header_len {
+        return true;
+    }
+    let scan = scan_segment(image, SegmentIndex::empty(base), header_len, (4096, true));
+    scan.index.segment_len <= header_len && !matches!(scan.end, ScanEnd::Corrupt { .. })
 }
