@@ -1,6 +1,7 @@
 //! Criterion benches of the partition log, each beside RocksDB doing the same work in the same run:
-//! append (Sync and buffered; 100 B and 1 KiB; one writer and 64 concurrent writers), sequential
-//! read, visit_range, and compaction. Compare the two lines of each group; absolute numbers on a
+//! append (Sync and buffered; 100 B and 1 KiB; one writer, 4 and 64 concurrent writers, each an
+//! OS thread), sequential read of active and sealed segments (RocksDB: memtable and SST files),
+//! visit_range, and compaction. Compare the two lines of each group; absolute numbers on a
 //! shared machine are noise.
 
 use std::sync::Arc;
@@ -13,22 +14,22 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use strata::event_log::{DiskEventLog, MetadataEventLog};
 use strata::log::CompactionPolicy;
 use strata::tools::bench::{
-    rocksdb_append, rocksdb_read_all, strata_append, strata_read_all, AppendWorkload,
+    rocksdb_append, rocksdb_read_all, rocksdb_seal, strata_append, strata_read_all, strata_seal,
+    AppendWorkload,
 };
 use strata::{LogOptions, NewRecord, Store};
 
 /// Each iteration appends `workload.records` records into a fresh directory; the time of the
 /// appends alone is reported (setup and teardown excluded).
 fn append(c: &mut Criterion) {
-    let rt = runtime();
     let mut group = c.benchmark_group("append");
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(8));
     for (value_size, writers, sync, records) in [
+        (100, 64, true, 4_000),
+        (1024, 64, true, 4_000),
         (100, 1, true, 200),
-        (100, 64, true, 2_000),
-        (1024, 64, true, 2_000),
         (100, 4, false, 20_000),
         (1024, 4, false, 20_000),
     ] {
@@ -42,14 +43,14 @@ fn append(c: &mut Criterion) {
             "{value_size}B/{writers}w/{}",
             if sync { "sync" } else { "buffered" }
         );
-        group.throughput(Throughput::Elements(records as u64));
+        group.throughput(Throughput::Elements(w.total() as u64));
         group.bench_function(BenchmarkId::new("strata", &label), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let dir = tempfile::tempdir().unwrap();
-                    let (log, took) = rt.block_on(strata_append(dir.path(), &w)).unwrap();
-                    total += took;
+                    let (log, run) = strata_append(dir.path(), &w).unwrap();
+                    total += run.elapsed;
                     log.close_blocking().unwrap();
                 }
                 total
@@ -60,8 +61,8 @@ fn append(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let dir = tempfile::tempdir().unwrap();
-                    let (_db, took) = rocksdb_append(dir.path(), &w).unwrap();
-                    total += took;
+                    let (_db, run) = rocksdb_append(dir.path(), &w).unwrap();
+                    total += run.elapsed;
                 }
                 total
             })
@@ -70,8 +71,9 @@ fn append(c: &mut Criterion) {
     group.finish();
 }
 
+/// Reads everything back: first from the active segment (RocksDB: its memtable), then, after
+/// both sealed it (a roll; a flush to SST files), from sealed segments.
 fn sequential_read(c: &mut Criterion) {
-    let rt = runtime();
     let mut group = c.benchmark_group("sequential_read");
     group.sample_size(10);
     for value_size in [100usize, 1024] {
@@ -83,15 +85,25 @@ fn sequential_read(c: &mut Criterion) {
         };
         let sdir = tempfile::tempdir().unwrap();
         let rdir = tempfile::tempdir().unwrap();
-        let (log, _) = rt.block_on(strata_append(sdir.path(), &w)).unwrap();
+        let (log, _) = strata_append(sdir.path(), &w).unwrap();
         let (db, _) = rocksdb_append(rdir.path(), &w).unwrap();
-        group.throughput(Throughput::Elements(w.records as u64));
-        group.bench_function(BenchmarkId::new("strata", value_size), |b| {
-            b.iter(|| assert_eq!(strata_read_all(&log).unwrap().0, w.records))
-        });
-        group.bench_function(BenchmarkId::new("rocksdb", value_size), |b| {
-            b.iter(|| assert_eq!(rocksdb_read_all(&db).unwrap().0, w.records))
-        });
+        group.throughput(Throughput::Elements(w.total() as u64));
+        for sealed in [false, true] {
+            if sealed {
+                strata_seal(&log).unwrap();
+                rocksdb_seal(&db).unwrap();
+            }
+            let (s, r) = match sealed {
+                false => ("strata/active", "rocksdb/memtable"),
+                true => ("strata/sealed", "rocksdb/sst"),
+            };
+            group.bench_function(BenchmarkId::new(s, value_size), |b| {
+                b.iter(|| assert_eq!(strata_read_all(&log).unwrap().0, w.total()))
+            });
+            group.bench_function(BenchmarkId::new(r, value_size), |b| {
+                b.iter(|| assert_eq!(rocksdb_read_all(&db).unwrap().0, w.total()))
+            });
+        }
         log.close_blocking().unwrap();
     }
     group.finish();

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -832,4 +833,65 @@ async fn a_real_full_disk_answers_no_space_and_the_log_recovers_once_space_is_fr
     store.close_blocking().unwrap();
     drop(store);
     assert!(strata::tools::verify_store(&root).unwrap().is_clean());
+}
+
+#[test]
+fn many_async_appenders_wait_once_unsynced_journal_bytes_reach_the_bound() {
+    // Two thousand tasks append at once to a Sync log on a slow disk. Each waits for its own
+    // durability anyway, but without a bound every one of them would first add its frame to
+    // the journal's buffer; with `max_unsynced_bytes` they wait for a round before writing.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, store) = common::fault_store(dir.path());
+    let bound = 64 << 10;
+    let options = LogOptions {
+        max_unsynced_bytes: bound,
+        ..LogOptions::default()
+    };
+    let log = store.open_log("bounded", 2, options).unwrap();
+    fs.set_sync_delay(Duration::from_millis(20));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (log, stop) = (log.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(log.unsynced_bytes());
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            peak
+        })
+    };
+    let value = Bytes::from(vec![7u8; 1024]);
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..2000u32)
+            .map(|i| {
+                let (log, value) = (log.clone(), value.clone());
+                tokio::spawn(
+                    async move { log.append(i % 2, vec![NewRecord::value(0, value)]).await },
+                )
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    // The bound, plus what the two worker threads may have written after their last check.
+    let request = 1024 + 256;
+    assert!(peak > 0, "the sampler saw appends in flight");
+    assert!(
+        peak <= bound + 2 * request,
+        "{peak} unsynced bytes against a bound of {bound}"
+    );
+    assert_eq!(
+        log.high_water_mark(0).unwrap() + log.high_water_mark(1).unwrap(),
+        2000
+    );
+    log.close_blocking().unwrap();
 }

@@ -44,9 +44,17 @@ enum Command {
         /// Scratch directory (a temporary one by default).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Records per workload.
-        #[arg(long, default_value_t = 20_000)]
+        /// Records of each 64-writer Sync workload (the one-writer one appends a tenth, the
+        /// buffered ones ten times as many of 100 B and twice as many of 1 KiB, group appends
+        /// a twentieth).
+        #[arg(long, default_value_t = 100_000)]
         records: usize,
+        /// Run only the workloads whose label contains this text (`sync`, `1024 B`, `group`).
+        #[arg(long)]
+        only: Option<String>,
+        /// Runs of each log append workload per engine (alternating); the faster counts.
+        #[arg(long, default_value_t = 3)]
+        passes: usize,
     },
     /// Summarize the logs, partitions and segments of a store (read-only).
     Inspect {
@@ -85,9 +93,12 @@ fn main() -> ExitCode {
             events,
             publishers,
         } => runtime().and_then(|rt| rt.block_on(demo(dir, events, publishers))),
-        Command::Bench { dir, records } => {
-            runtime().and_then(|rt| rt.block_on(bench(dir, records)))
-        }
+        Command::Bench {
+            dir,
+            records,
+            only,
+            passes,
+        } => bench(dir, records, only.as_deref(), passes),
         Command::Inspect { dir } => {
             strata::tools::inspect_store(&dir, &mut std::io::stdout()).map_err(|e| e.to_string())
         }
@@ -538,74 +549,58 @@ async fn demo_group(store: &Store, appends: usize) -> Result<(), String> {
     Ok(())
 }
 
-async fn bench(dir: Option<PathBuf>, records: usize) -> Result<(), String> {
+fn bench(
+    dir: Option<PathBuf>,
+    records: usize,
+    only: Option<&str>,
+    passes: usize,
+) -> Result<(), String> {
     use strata::tools::bench::{compare, AppendWorkload};
-    let scratch;
-    let root = match dir {
+    let scratch = match dir {
         Some(d) => d,
-        None => {
-            scratch = tempfile_dir()?;
-            scratch.clone()
-        }
+        None => tempfile_dir()?,
     };
-    let workloads = [
-        AppendWorkload {
-            records: records / 4,
-            value_size: 100,
-            writers: 1,
-            sync: true,
-        },
-        AppendWorkload {
-            records,
-            value_size: 100,
-            writers: 64,
-            sync: true,
-        },
-        AppendWorkload {
-            records,
-            value_size: 1024,
-            writers: 64,
-            sync: true,
-        },
-        AppendWorkload {
-            records,
-            value_size: 100,
-            writers: 4,
-            sync: false,
-        },
-        AppendWorkload {
-            records,
-            value_size: 1024,
-            writers: 4,
-            sync: false,
-        },
-    ];
-    println!("Strata vs RocksDB, same work, same run (speedup = RocksDB time / Strata time)");
-    let results = compare(&root.join("log"), &workloads).await;
+    let row = |records, value_size, writers, sync| AppendWorkload {
+        records,
+        value_size,
+        writers,
+        sync,
+    };
+    let wanted = |label: &str| only.is_none_or(|o| label.contains(o));
+    let workloads: Vec<_> = [
+        row(records, 100, 64, true),
+        row(records, 1024, 64, true),
+        row((records / 10).max(1), 100, 1, true),
+        row(records * 10, 100, 4, false),
+        row(records * 2, 1024, 4, false),
+    ]
+    .into_iter()
+    .filter(|w| wanted(&format!("append {}", w.label())))
+    .collect();
     let group = strata::tools::group_bench::GroupWorkload {
-        appends: (records / 4).max(64),
+        appends: (records / 20).max(64),
         payload_size: 1024,
         batch: 32,
         read_page: 64 * 1024,
     };
-    let group_results = match results {
-        Ok(_) => strata::tools::group_bench::compare_group(&root.join("group"), &group).await,
-        Err(_) => Ok((Vec::new(), Default::default())),
-    };
-    let _ = std::fs::remove_dir_all(&root);
-    let (group_comparisons, flush) = group_results?;
-    for c in results?.into_iter().chain(group_comparisons) {
-        println!(
-            "{:<44} {:>8} ops  strata {:>10.0} ops/s  rocksdb {:>10.0} ops/s  speedup {:>5.2}x",
-            c.name,
-            c.operations,
-            c.strata_ops_per_sec(),
-            c.rocksdb_ops_per_sec(),
-            c.speedup()
-        );
-    }
+    let results = compare(&scratch.join("log"), &workloads, passes).and_then(|log| {
+        if !wanted("group") {
+            return Ok((log, Vec::new(), None));
+        }
+        let rt = runtime()?;
+        let (group, flush) = rt.block_on(strata::tools::group_bench::compare_group(
+            &scratch.join("group"),
+            &group,
+        ))?;
+        Ok((log, group, Some(flush)))
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (log, group, flush) = results?;
+    print_comparisons(log.iter().chain(&group));
+    let Some(flush) = flush else { return Ok(()) };
     println!(
-        "{:<44} {:>8} objs {:>8.1} MB/s  ({} bytes in {:?}; no RocksDB counterpart)",
+        "{:>7}  {:<46} {:>8} objs {:>8.1} MB/s ({} bytes in {:?}; no RocksDB counterpart)",
+        "-",
         "flush to the local cold store",
         flush.objects,
         flush.megabytes_per_sec(),
@@ -613,6 +608,45 @@ async fn bench(dir: Option<PathBuf>, records: usize) -> Result<(), String> {
         flush.duration
     );
     Ok(())
+}
+
+/// Prints ratios first, then each engine's rate, then Sync append latencies.
+fn print_comparisons<'a>(rows: impl Iterator<Item = &'a strata::tools::bench::Comparison>) {
+    println!("Strata vs RocksDB, same work, same run (speedup = RocksDB time / Strata time)");
+    println!(
+        "{:>7}  {:<46} {:>8} {:>14} {:>14} {:>9}",
+        "speedup", "workload", "ops", "strata ops/s", "rocksdb ops/s", "strata MB/s"
+    );
+    let rows: Vec<_> = rows.collect();
+    for c in &rows {
+        println!(
+            "{:>6.2}x  {:<46} {:>8} {:>14.0} {:>14.0} {:>9.1}",
+            c.speedup(),
+            c.name,
+            c.operations,
+            c.strata_ops_per_sec(),
+            c.rocksdb_ops_per_sec(),
+            c.strata_megabytes_per_sec()
+        );
+    }
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+    if rows.iter().any(|c| c.latency.is_some()) {
+        println!("Sync append latency, microseconds (p50 / p99 / p999)");
+    }
+    for c in &rows {
+        if let Some((s, r)) = &c.latency {
+            println!(
+                "  {:<46} strata {:>7.0} {:>7.0} {:>7.0}   rocksdb {:>7.0} {:>7.0} {:>7.0}",
+                c.name,
+                us(s.p50),
+                us(s.p99),
+                us(s.p999),
+                us(r.p50),
+                us(r.p99),
+                us(r.p999)
+            );
+        }
+    }
 }
 
 fn tempfile_dir() -> Result<PathBuf, String> {

@@ -19,6 +19,7 @@
 mod fault;
 mod image;
 mod real;
+mod sync_gate;
 mod tree;
 
 use std::io;
@@ -32,6 +33,7 @@ use crate::error::{IoContext, StoreResult};
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use real::{RealFs, RealMap};
+pub use sync_gate::{refuse_if_failed, GateState, SyncGate};
 
 /// A shared file system handle.
 pub type Fs = Arc<dyn FileSystem>;

@@ -141,6 +141,38 @@ impl AsRef<[u8]> for MapView {
     }
 }
 
+/// Granularity at which a writer's finished pages are released (see [`RealMap::release`]).
+const RELEASE_CHUNK: usize = 2 << 20;
+
+impl RealMap {
+    /// Releases the chunks a write at `[offset, end)` finished. Writes are appends, so a chunk
+    /// the writer moved past is complete; releasing its pages in one call (one TLB flush for the
+    /// range) spares writeback a write-protect and a cross-CPU TLB shootdown per page, which
+    /// otherwise cost more than the copy itself.
+    fn release_behind(&self, offset: usize, end: usize) -> io::Result<()> {
+        let boundary = end / RELEASE_CHUNK * RELEASE_CHUNK;
+        if offset >= boundary {
+            return Ok(());
+        }
+        self.release(offset / RELEASE_CHUNK * RELEASE_CHUNK, boundary)
+    }
+
+    /// Drops this process's page-table entries for `[start, end)` (chunk-aligned, so
+    /// page-aligned; the bytes stay, dirty or not, and a later access faults the page back in).
+    fn release(&self, start: usize, end: usize) -> io::Result<()> {
+        debug_assert!(start.is_multiple_of(RELEASE_CHUNK) && start < end && end <= self.raw.len());
+        // SAFETY: `[start, end)` lies inside the live mapping (`start < end <= len`, `start`
+        // page-aligned: the callers' writes are checked against the length), which is shared and file-backed: MADV_DONTNEED only removes the pages
+        // from this process's page tables (dirty bits move to the page cache), so the file's
+        // bytes, and every view of them, read the same afterwards, and a concurrent write into
+        // the range lands in the same page-cache page (through a fresh fault if need be).
+        unsafe {
+            self.raw
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+        }
+    }
+}
+
 impl WritableMap for RealMap {
     fn len(&self) -> usize {
         self.raw.len()
@@ -165,7 +197,7 @@ impl WritableMap for RealMap {
                 bytes.len(),
             );
         }
-        Ok(())
+        self.release_behind(offset, end)
     }
 
     fn view(&self, len: usize) -> Bytes {

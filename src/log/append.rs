@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::partition::Partition;
 use crate::error::{StoreError, StoreResult};
-use crate::fs::{remove_if_present, sync_dir, write_file, write_file_atomic};
+use crate::fs::{remove_if_present, sync_dir, write_file};
 use crate::segment::{
     index_file_name, segment_file_name, ActiveSegment, BatchHeader, SealedSegment, SegmentWriter,
     WriterMark, SEGMENT_HEADER_LEN,
@@ -32,8 +32,6 @@ pub(crate) struct Publication {
 pub(crate) struct PartitionWriter {
     pub active: SegmentWriter,
     pub next_offset: i64,
-    /// Bytes written since the segment's last sync.
-    pub dirty: bool,
     /// Why the last sync failed; writes are refused until a re-sync succeeds.
     pub poisoned: Option<String>,
     /// A segment file a failed roll may have left; no write lands in the active segment until
@@ -62,7 +60,6 @@ impl PartitionWriter {
         Self {
             active,
             next_offset,
-            dirty: false,
             poisoned: None,
             stray: None,
             pending: VecDeque::new(),
@@ -85,7 +82,6 @@ impl PartitionWriter {
             .resync()
             .map_err(|e| poisoned(p.id, &format!("{reason}; retry: {e}")))?;
         self.poisoned = None;
-        self.dirty = false;
         Ok(())
     }
 
@@ -110,7 +106,6 @@ impl PartitionWriter {
         header.base_offset = self.next_offset;
         self.active.append(batch, header)?;
         self.next_offset = header.last_offset() + 1;
-        self.dirty = true;
         Ok(())
     }
 
@@ -132,28 +127,10 @@ impl PartitionWriter {
         true
     }
 
-    /// Records durably, in the active segment's index, the length its last sync made durable
-    /// (format/INDEX.md: the index is written whole, synced, and renamed into place).
-    pub fn mark_durable(&self, p: &Partition) -> StoreResult<()> {
-        let mut index = self.active.shared().index();
-        if index.segment_len != self.active.synced_len() {
-            return Ok(());
-        }
-        index.segment_len = self.active.synced_len();
-        let path = p.dir.join(index_file_name(index.base_offset));
-        write_file_atomic(&*p.fs, &path, &index.encode())
-    }
-
     /// Syncs the active segment (poisoning the partition if the sync fails).
     pub fn sync(&mut self) -> StoreResult<()> {
-        if !self.dirty {
-            return Ok(());
-        }
         match self.active.sync() {
-            Ok(()) => {
-                self.dirty = false;
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(e) => {
                 self.poisoned = Some(e.to_string());
                 Err(e)
@@ -166,16 +143,11 @@ impl PartitionWriter {
     /// (a full disk), the old one stays active and the next write tries again.
     pub fn roll(&mut self, p: &Partition, needed: u64) -> StoreResult<()> {
         self.heal(p)?;
-        self.dirty = true;
         self.sync()?;
         let index = self.active.shared().index();
-        let base = index.base_offset;
-        write_file(
-            &*p.fs,
-            &p.dir.join(index_file_name(base)),
-            &index.encode(),
-            false,
-        )?;
+        let index_path = p.dir.join(index_file_name(index.base_offset));
+        self.active
+            .seal_with(|| write_file(&*p.fs, &index_path, &index.encode(), false))?;
         let sealed = SealedSegment::seal(self.active.shared(), index);
         let next = self.next_offset;
         let path = p.dir.join(segment_file_name(next));

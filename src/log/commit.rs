@@ -7,32 +7,71 @@
 //! came after that end leads the next round. No thread is spawned and nothing is handed to
 //! another thread: the leader is an appending thread (an async appender leads through
 //! [`crate::blocking::blocking`], so the executor is not held).
+//!
+//! Waiters queue their own wake handle (a parked thread or a task's waker) and the leader wakes
+//! exactly the waiters its round satisfied, plus one that must lead the next round (first, so
+//! the next sync starts at once); a woken waiter checks an atomic and returns without touching
+//! the lock. A round thus costs one wake per satisfied append, not a stampede of every waiter
+//! onto one mutex. Waking is itself the main cost of a round on a small machine (a cross-CPU
+//! interrupt each), so the leader wakes [`RELAY_FANOUT`] threads and leaves the rest on a relay
+//! list, from which every thread that returns wakes as many again: the wakes spread over every
+//! CPU as a tree instead of queueing behind the leader. A parked thread also wakes on its own
+//! after [`PARK_LIMIT`], so a wake lost on the relay can only delay it.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
-
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Poll, Waker};
+use std::thread::Thread;
+use std::time::Duration;
 
 use super::append::poisoned;
 use super::LogInner;
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
+
+/// How to wake a waiter.
+#[derive(Debug)]
+enum Wake {
+    /// A blocked thread (it stays in its wait loop until satisfied).
+    Thread(Thread),
+    /// An async task (its future may have been dropped).
+    Task(Waker),
+}
+
+impl Wake {
+    fn wake(self) {
+        match self {
+            Wake::Thread(t) => t.unpark(),
+            Wake::Task(w) => w.wake(),
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct CommitState {
-    /// Journal position made durable.
+    /// Journal position made durable and published.
     synced: u64,
     /// A round is running.
     syncing: bool,
     /// The last failed round: frames up to this position may or may not be durable.
     failed: Option<(u64, String)>,
+    /// Waiters with the journal position they wait for.
+    waiters: Vec<(u64, Wake)>,
 }
+
+/// Threads each returning waiter (and the leader) wakes from the relay list.
+const RELAY_FANOUT: usize = 2;
+
+/// Longest a waiting thread stays parked before it looks at the durable position again.
+const PARK_LIMIT: Duration = Duration::from_millis(10);
 
 /// The group commit of one journaled log.
 #[derive(Debug)]
 pub(crate) struct GroupCommit {
     state: Mutex<CommitState>,
-    done: Condvar,
-    /// The durable position, for async waiters.
-    synced: watch::Sender<u64>,
+    /// Satisfied threads still to wake.
+    relay: Mutex<Vec<Thread>>,
+    /// `state.synced`, readable without the lock.
+    synced: AtomicU64,
 }
 
 /// What a waiter should do next.
@@ -50,8 +89,8 @@ impl GroupCommit {
                 synced,
                 ..CommitState::default()
             }),
-            done: Condvar::new(),
-            synced: watch::channel(synced).0,
+            synced: AtomicU64::new(synced),
+            relay: Mutex::new(Vec::new()),
         }
     }
 
@@ -59,7 +98,12 @@ impl GroupCommit {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn step(state: &mut CommitState, lsn: u64) -> Step {
+    /// Decides under the lock; a waiter that must wait is queued with `wake`.
+    fn step(&self, lsn: u64, wake: impl FnOnce() -> Wake) -> Step {
+        if self.synced() >= lsn {
+            return Step::Done(Ok(()));
+        }
+        let mut state = self.lock();
         if state.synced >= lsn {
             return Step::Done(Ok(()));
         }
@@ -69,6 +113,7 @@ impl GroupCommit {
             }
         }
         if state.syncing {
+            state.waiters.push((lsn, wake()));
             Step::Wait
         } else {
             state.syncing = true;
@@ -78,42 +123,45 @@ impl GroupCommit {
 
     /// Blocks until the journal is durable past `lsn`, leading rounds as needed.
     pub fn wait(&self, log: &LogInner, lsn: u64) -> StoreResult<()> {
-        let mut state = self.lock();
         loop {
-            match Self::step(&mut state, lsn) {
-                Step::Done(result) => return result,
-                Step::Lead => {
-                    drop(state);
-                    self.lead(log);
-                    state = self.lock();
+            match self.step(lsn, || Wake::Thread(std::thread::current())) {
+                Step::Done(result) => {
+                    self.relay_wakes();
+                    return result;
                 }
-                Step::Wait => {
-                    state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
-                }
+                Step::Lead => self.lead(log),
+                // Woken (or spuriously, or late): decide again.
+                Step::Wait => std::thread::park_timeout(PARK_LIMIT),
             }
         }
     }
 
     /// Waits until the journal is durable past `lsn`, leading rounds as needed.
     pub async fn wait_async(&self, log: &LogInner, lsn: u64) -> StoreResult<()> {
-        let mut changes = self.synced.subscribe();
         loop {
-            let step = Self::step(&mut self.lock(), lsn);
+            let step = std::future::poll_fn(|cx| {
+                match self.step(lsn, || Wake::Task(cx.waker().clone())) {
+                    Step::Wait => Poll::Pending,
+                    decided => Poll::Ready(decided),
+                }
+            })
+            .await;
             match step {
                 Step::Done(result) => return result,
                 Step::Lead => crate::blocking::blocking(|| self.lead(log)),
-                Step::Wait => {
-                    if changes.changed().await.is_err() {
-                        return Err(StoreError::Closed);
-                    }
-                }
+                Step::Wait => {}
             }
         }
     }
 
-    /// Runs one round: syncs the journal to its current end, publishes, wakes the waiters.
+    /// Runs one round: syncs the journal to its current end, publishes what became durable,
+    /// then wakes the waiters it satisfied and one that leads the next round.
     fn lead(&self, log: &LogInner) {
         let outcome = log.sync_journal();
+        if let Ok(upto) = &outcome {
+            // Readable before acknowledged: publish, then let anyone see the new position.
+            log.publish_journaled(*upto);
+        }
         let mut state = self.lock();
         state.syncing = false;
         match outcome {
@@ -121,14 +169,63 @@ impl GroupCommit {
             Err((upto, e)) => state.failed = Some((upto, e.to_string())),
         }
         let synced = state.synced;
+        self.synced.store(synced, Ordering::Release);
+        let woken = Self::take_woken(&mut state);
         drop(state);
-        log.publish_journaled(synced);
-        self.synced.send_replace(synced);
-        self.done.notify_all();
+        let mut threads = Vec::new();
+        for (i, wake) in woken.into_iter().enumerate() {
+            match wake {
+                Wake::Thread(t) if i > 0 => threads.push(t),
+                wake => wake.wake(),
+            }
+        }
+        if !threads.is_empty() {
+            self.lock_relay().append(&mut threads);
+            self.relay_wakes();
+        }
+        log.prepare_journal_ahead();
     }
 
-    /// The position the journal is durable to.
+    fn lock_relay(&self) -> MutexGuard<'_, Vec<Thread>> {
+        self.relay.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the next [`RELAY_FANOUT`] threads of the relay list.
+    fn relay_wakes(&self) {
+        let mut relay = self.lock_relay();
+        let from = relay.len().saturating_sub(RELAY_FANOUT);
+        let next: Vec<_> = relay.drain(from..).collect();
+        drop(relay);
+        next.into_iter().for_each(|t| t.unpark());
+    }
+
+    /// Removes from the queue the waiters a round has decided (satisfied, or failed), and one
+    /// waiter to lead the next round: a thread if any waits (it is sure to be alive), else every
+    /// task (a task's future may be gone, so none can be relied on alone).
+    fn take_woken(state: &mut CommitState) -> Vec<Wake> {
+        let decided = state
+            .failed
+            .as_ref()
+            .map_or(state.synced, |(upto, _)| (*upto).max(state.synced));
+        let (mut woken, mut pending): (Vec<_>, Vec<_>) = std::mem::take(&mut state.waiters)
+            .into_iter()
+            .partition(|(lsn, _)| *lsn <= decided);
+        if let Some(i) = pending
+            .iter()
+            .position(|(_, w)| matches!(w, Wake::Thread(_)))
+        {
+            // First: the next round starts while the others are still being woken.
+            let next = pending.swap_remove(i);
+            woken.insert(0, next);
+        } else {
+            woken.append(&mut pending);
+        }
+        state.waiters = pending;
+        woken.into_iter().map(|(_, w)| w).collect()
+    }
+
+    /// The position the journal is durable (and published) to.
     pub fn synced(&self) -> u64 {
-        self.lock().synced
+        self.synced.load(Ordering::Acquire)
     }
 }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -13,13 +13,13 @@ use tokio::sync::watch;
 
 use super::append::{poisoned, Publication};
 use super::commit::GroupCommit;
-use super::journal::Journal;
+use super::journal::{Journal, Room};
 use super::maintenance::MaintenanceStatus;
 use super::options::{Durability, LogOptions};
 use super::partition::{Partition, PartitionRecovery};
 use super::replay::ReplayReport;
 use super::request::{EncodedRequest, OffsetRange};
-use crate::error::{IoContext, StoreError, StoreResult};
+use crate::error::{StoreError, StoreResult};
 
 /// The shared state of a log.
 pub(crate) struct LogInner {
@@ -31,6 +31,8 @@ pub(crate) struct LogInner {
     pub partitions: Vec<Arc<Partition>>,
     /// The journal of a `Durability::Sync` log.
     pub journal: Option<Mutex<Journal>>,
+    /// Signalled when a preparation of journal space ends.
+    pub journal_ready: Condvar,
     /// Its group commit.
     pub commit: Option<GroupCommit>,
     /// Serializes conditional appends (check, then write).
@@ -89,11 +91,7 @@ impl LogInner {
             w.make_room(p, request.bytes_for(*id))?;
             self.bound_unsynced(p, w)?;
         }
-        let mut journal = self.journal();
-        if let Some(j) = journal.as_mut() {
-            j.heal()?;
-            j.make_room(request.frame_bytes())?;
-        }
+        let mut journal = self.journal_with_room(request.frame_bytes())?;
         let marks: Vec<_> = writers.iter().map(|(_, _, w)| w.mark()).collect();
         let journal_mark = journal.as_ref().map(|j| j.current.len);
         let slot = |id: u32| ids.binary_search(&id).unwrap_or(0);
@@ -101,7 +99,7 @@ impl LogInner {
             let (_, _, w) = &mut writers[slot(id)];
             w.write(batch, header)?;
             if let Some(j) = journal.as_mut() {
-                j.current.append(id, batch)?;
+                j.current.append(id, batch);
             }
             Ok(())
         });
@@ -112,9 +110,7 @@ impl LogInner {
                     w.rollback(mark);
                 }
                 if let (Some(j), Some(len)) = (journal.as_mut(), journal_mark) {
-                    if let Err(undo) = j.current.rollback(len) {
-                        j.poisoned = Some(format!("undoing a failed append: {undo}"));
-                    }
+                    j.current.rollback(len);
                 }
                 return Err(e);
             }
@@ -140,6 +136,38 @@ impl LogInner {
         Ok((ranges, Some(lsn)))
     }
 
+    /// Locks the journal (if any) with room for `bytes` of frames, waiting out a preparation
+    /// of that space running in another thread.
+    fn journal_with_room(&self, bytes: u64) -> StoreResult<Option<MutexGuard<'_, Journal>>> {
+        let Some(mut j) = self.journal() else {
+            return Ok(None);
+        };
+        loop {
+            j.heal()?;
+            if j.make_room(bytes)? == Room::Ready {
+                return Ok(Some(j));
+            }
+            j = self
+                .journal_ready
+                .wait(j)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Zeroes and syncs the next chunk of journal file ahead of the writers, outside the lock,
+    /// when little is left (the group-commit leader calls this after its round). A failure
+    /// is left for the writer that needs the space, which prepares it inline and reports it.
+    pub fn prepare_journal_ahead(&self) {
+        let Some(p) = self.journal().and_then(|mut j| j.begin_preparation()) else {
+            return;
+        };
+        let ran = p.run();
+        if let Some(mut j) = self.journal() {
+            j.end_preparation(&p, &ran);
+        }
+        self.journal_ready.notify_all();
+    }
+
     /// A buffered log syncs a partition inline once its unsynced bytes reach the bound (the
     /// journal's bound is kept by the group commit, before writing).
     fn bound_unsynced(
@@ -157,32 +185,48 @@ impl LogInner {
         Ok(())
     }
 
+    /// Bytes appended but not yet durable (see [`super::Log::unsynced_bytes`]).
+    pub fn unsynced_bytes(&self) -> u64 {
+        match (&self.commit, self.journal()) {
+            (Some(commit), Some(j)) => j.current.lsn().saturating_sub(commit.synced()),
+            _ => self
+                .partitions
+                .iter()
+                .map(|p| p.lock_writer().active.unsynced())
+                .sum(),
+        }
+    }
+
     /// Unsynced journal bytes past the bound: the caller waits for a round before writing.
     pub fn journal_backlog(&self) -> Option<u64> {
         let commit = self.commit.as_ref()?;
         let lsn = self.journal()?.current.lsn();
-        (lsn - commit.synced() >= self.options.max_unsynced_bytes).then_some(lsn)
+        // The journal lock is gone: a round may already have synced past `lsn`.
+        (lsn.saturating_sub(commit.synced()) >= self.options.max_unsynced_bytes).then_some(lsn)
     }
 
-    /// One group-commit round: fdatasync of the journal file up to its current end. Returns the
-    /// durable journal position, or the position the failure leaves in doubt.
+    /// One group-commit round: writes the journal's buffered frames (under its lock) and
+    /// fdatasyncs the file (outside it). Returns the durable journal position, or the position
+    /// the failure leaves in doubt.
     pub fn sync_journal(&self) -> Result<u64, (u64, StoreError)> {
         let Some(mut j) = self.journal() else {
             return Ok(0);
         };
         let lsn = j.current.lsn();
-        if let Err(e) = j.heal() {
+        if let Err(e) = j.heal().and_then(|()| j.current.flush()) {
+            j.poisoned = Some(e.to_string());
             return Err((lsn, e));
         }
-        let (file, path, seq, len) = (
+        let (file, path, gate, seq, len) = (
             j.current.file.clone(),
             j.current.path.clone(),
+            j.current.gate.clone(),
             j.current.seq,
             j.current.len,
         );
         drop(j);
         self.sync_rounds.fetch_add(1, Ordering::Relaxed);
-        let synced = file.sync_data().at(&path);
+        let synced = gate.sync(&*file, &path);
         let mut j = self.journal().expect("a journaled log");
         match synced {
             Ok(()) => {
@@ -209,26 +253,50 @@ impl LogInner {
         }
     }
 
-    /// Syncs every partition's active segment (heals first); reports the first failure.
+    /// Syncs every partition's active segment (heals first), each without holding its lock
+    /// during the fdatasync; with `mark`, also records each segment's durable length in its
+    /// index. Reports the first failure.
     fn sync_partitions(&self, mark: bool) -> StoreResult<()> {
         let mut first_error = None;
         let mut synced_any = false;
         for p in &self.partitions {
-            let mut w = p.lock_writer();
-            synced_any |= w.dirty;
-            let synced = w.heal(p).and_then(|()| w.sync());
-            let marked = synced.and_then(|()| match mark {
-                true => w.mark_durable(p),
-                false => Ok(()),
-            });
-            if let Err(e) = marked {
-                first_error.get_or_insert(e);
+            match self.sync_partition(p, mark) {
+                Ok(synced) => synced_any |= synced,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         if synced_any {
             self.sync_rounds.fetch_add(1, Ordering::Relaxed);
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Syncs one partition's active segment outside its lock (see [`crate::segment::detached_sync`]);
+    /// false if there was nothing to sync.
+    fn sync_partition(&self, p: &Partition, mark: bool) -> StoreResult<bool> {
+        let job = {
+            let mut w = p.lock_writer();
+            w.heal(p)?;
+            if w.active.unsynced() == 0 && !mark {
+                return Ok(false);
+            }
+            w.active.detach_sync(mark.then(|| p.fs.clone()))
+        };
+        let ran = job.run(p.id);
+        let mut w = p.lock_writer();
+        match ran {
+            Ok(()) if w.active.base_offset() == job.base => w.active.mark_synced(job.len),
+            Ok(()) => {}
+            Err(e) => {
+                if w.active.base_offset() == job.base {
+                    w.poisoned.get_or_insert_with(|| e.to_string());
+                }
+                return Err(e);
+            }
+        }
+        Ok(true)
     }
 
     /// A checkpoint: syncs every partition's active segment and records, in its index (written

@@ -155,6 +155,7 @@ impl Log {
             owned: owner == LogOwner::Layer,
             partitions: shared,
             journal: journal.map(Mutex::new),
+            journal_ready: std::sync::Condvar::new(),
             commit,
             order: Mutex::new(()),
             closed: AtomicBool::new(false),
@@ -240,6 +241,12 @@ impl Log {
         self.inner.sync_rounds.load(Ordering::Relaxed)
     }
 
+    /// Bytes appended but not yet durable: journal bytes past the last completed round
+    /// (`Durability::Sync`), or the partitions' unsynced segment bytes (`Interval`).
+    pub fn unsynced_bytes(&self) -> u64 {
+        self.inner.unsynced_bytes()
+    }
+
     /// True once [`Log::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
@@ -271,6 +278,7 @@ impl Log {
     /// except after a failed sync (`StoreError::Poisoned`), whose appends may or may not be
     /// durable.
     pub async fn append_many(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
+        self.room_in_journal().await?;
         let (ranges, lsn) = self.write(items)?;
         if let (Some(lsn), Some(commit)) = (lsn, &self.inner.commit) {
             commit.wait_async(&self.inner, lsn).await?;
@@ -291,14 +299,29 @@ impl Log {
 
     /// [`Log::append_many`] for a blocking caller.
     pub fn append_many_blocking(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
-        if let (Some(lsn), Some(commit)) = (self.inner.journal_backlog(), &self.inner.commit) {
-            commit.wait(&self.inner, lsn)?;
-        }
+        self.room_in_journal_blocking()?;
         let (ranges, lsn) = self.write(items)?;
         if let (Some(lsn), Some(commit)) = (lsn, &self.inner.commit) {
             commit.wait(&self.inner, lsn)?;
         }
         Ok(ranges)
+    }
+
+    /// Waits (leading rounds as needed) until the journal's unsynced bytes are under
+    /// `max_unsynced_bytes`; checks again after each round, which lets many waiters through.
+    async fn room_in_journal(&self) -> StoreResult<()> {
+        while let (Some(lsn), Some(commit)) = (self.inner.journal_backlog(), &self.inner.commit) {
+            commit.wait_async(&self.inner, lsn).await?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::room_in_journal`] for a blocking caller.
+    fn room_in_journal_blocking(&self) -> StoreResult<()> {
+        while let (Some(lsn), Some(commit)) = (self.inner.journal_backlog(), &self.inner.commit) {
+            commit.wait(&self.inner, lsn)?;
+        }
+        Ok(())
     }
 
     /// Checks and encodes `items` (in the calling thread), then writes them.
@@ -321,6 +344,7 @@ impl Log {
         &self,
         build: impl FnOnce() -> Result<(Items, T), E>,
     ) -> StoreResult<Result<(Vec<OffsetRange>, T), E>> {
+        self.room_in_journal().await?;
         let written = {
             let _order = self.inner.order.lock().unwrap_or_else(|p| p.into_inner());
             match build() {
@@ -477,5 +501,6 @@ fn open_journal(fs: &Fs, dir: &Path, seq: u64, options: &LogOptions) -> StoreRes
         current,
         retired: Vec::new(),
         poisoned: None,
+        preparing: false,
     })
 }

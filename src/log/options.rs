@@ -68,15 +68,18 @@ pub struct LogOptions {
     pub recovery: RecoveryMode,
     /// Period of the background maintenance thread (retention, then compaction); `None` = manual.
     pub maintenance_interval: Option<Duration>,
-    /// Most append requests folded into one group commit (kept for compatibility; a round now
-    /// takes every request written before it starts). Default 4096; at least 1.
+    /// Most append requests folded into one group commit. Kept for compatibility and
+    /// validated (at least 1), but unused: a round takes every frame written before it starts,
+    /// bounded by `max_unsynced_bytes` instead. Default 4096.
     pub max_group_commit: usize,
-    /// Bytes of journal each file is preallocated to (`Durability::Sync` logs). Default 64 MiB;
-    /// 64 KiB ..= 4 GiB.
+    /// Bytes each journal file of a `Durability::Sync` log may hold before the next one starts
+    /// (a checkpoint then lets the old one go). Default 64 MiB; 64 KiB ..= 4 GiB.
     pub journal_bytes: u64,
-    /// Bytes written but not yet synced after which a writer waits for (journal) or runs
-    /// (buffered segment) a sync before writing more: the bound on what a power cut could take
-    /// from a buffered log and on a round's work. Default 64 MiB; 64 KiB ..= 4 GiB.
+    /// Bytes appended but not yet durable after which appends wait: in the journal of a Sync
+    /// log (an appender waits for a round before adding its frames; the whole log's bound, give
+    /// or take the requests of the threads that passed the check together), or in each
+    /// partition of a buffered log (the appender syncs the partition first: the bound on what a
+    /// power cut could take from it). Default 64 MiB; 64 KiB ..= 4 GiB.
     pub max_unsynced_bytes: u64,
 }
 

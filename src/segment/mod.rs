@@ -3,6 +3,7 @@
 //! `format/INDEX.md`.
 
 pub mod codec;
+pub mod detached_sync;
 pub mod error;
 pub mod header;
 pub mod index;
@@ -18,6 +19,7 @@ pub use codec::{
     encode_unsealed, seal_batch, visit_checked, BatchHeader, Compression, BATCH_HEADER_LEN,
     BATCH_HEADER_LEN_V1, MAX_BATCH_LEN, MAX_RECORDS_LEN, SYNCED_LEN_UNKNOWN,
 };
+pub use detached_sync::DetachedSync;
 pub use error::{DecodeError, EncodeError};
 pub use header::{
     decode_segment_header, decode_segment_header_full, encode_segment_header, SegmentHeader,

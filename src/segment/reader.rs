@@ -297,6 +297,11 @@ impl ActiveSegment {
         self.index.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Calls `f` with the shared index (without copying it).
+    pub fn read_index<R>(&self, f: impl FnOnce(&SegmentIndex) -> R) -> R {
+        f(&self.index.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// Applies `f` to the shared index (writer only).
     pub fn update_index<R>(&self, f: impl FnOnce(&mut SegmentIndex) -> R) -> R {
         f(&mut self.index.write().unwrap_or_else(|p| p.into_inner()))
@@ -314,10 +319,7 @@ impl ActiveSegment {
     }
 
     fn start(&self, offset: i64) -> u64 {
-        self.index
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .lookup(offset)
+        self.read_index(|index| index.lookup(offset))
     }
 
     /// Reads records in `[from, until)`, spending at most about `budget` bytes of batches.

@@ -15,13 +15,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::codec::{seal_batch, BatchHeader};
+use super::detached_sync::DetachedSync;
 use super::header::{encode_segment_header, SEGMENT_HEADER_LEN};
 use super::index::SegmentIndex;
 use super::pin::PinCounter;
 use super::reader::ActiveSegment;
 use super::scan::note_batch;
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{remove_if_present, FileRef, FileSystem, MapRef, OpenMode};
+use crate::fs::{remove_if_present, FileRef, FileSystem, Fs, MapRef, OpenMode, SyncGate};
 
 /// File name of the segment whose base offset is `base`.
 pub fn segment_file_name(base: i64) -> String {
@@ -50,7 +51,11 @@ pub const ALLOCATION_CHUNK: u64 = 4 << 20;
 #[derive(Debug, Clone)]
 pub struct WriterMark {
     len: u64,
-    index: SegmentIndex,
+    /// The index as it stood: its scalars, and how many entries it had (appends only add).
+    last_offset: i64,
+    max_timestamp: i64,
+    segment_len: u64,
+    entries: usize,
 }
 
 /// An open, preallocated segment file that accepts batches at the end of its data.
@@ -66,6 +71,8 @@ pub struct SegmentWriter {
     allocated: u64,
     /// Length the last completed sync made durable.
     synced: u64,
+    /// Every sync of this file passes through it.
+    gate: SyncGate,
 }
 
 /// Creates the file of a new segment: header written, its first chunk (at most `capacity`)
@@ -154,6 +161,7 @@ impl SegmentWriter {
             len,
             allocated,
             synced: len,
+            gate: SyncGate::default(),
         })
     }
 
@@ -241,10 +249,13 @@ impl SegmentWriter {
 
     /// Where the writer stands now.
     pub fn mark(&self) -> WriterMark {
-        WriterMark {
+        self.shared.read_index(|index| WriterMark {
             len: self.len,
-            index: self.shared.index(),
-        }
+            last_offset: index.last_offset,
+            max_timestamp: index.max_timestamp,
+            segment_len: index.segment_len,
+            entries: index.entries.len(),
+        })
     }
 
     /// Undoes every append since `mark` (their bytes were never published or synced): zeroes
@@ -260,34 +271,90 @@ impl SegmentWriter {
         let zeros = vec![0u8; (self.len - mark.len) as usize];
         self.map.write(mark.len as usize, &zeros).at(&self.path)?;
         self.len = mark.len;
-        self.shared.update_index(|index| *index = mark.index);
+        self.shared.update_index(|index| {
+            debug_assert!(index.entries.len() >= mark.entries);
+            index.entries.truncate(mark.entries);
+            index.last_offset = mark.last_offset;
+            index.max_timestamp = mark.max_timestamp;
+            index.segment_len = mark.segment_len;
+        });
         Ok(())
     }
 
-    /// Makes every appended byte durable (fdatasync writes back the mapping's dirty pages).
+    /// Bytes written since the last completed sync.
+    pub fn unsynced(&self) -> u64 {
+        self.len - self.synced
+    }
+
+    /// Makes every appended byte durable (fdatasync writes back the mapping's dirty pages). If
+    /// an earlier sync failed, the unsynced bytes are written again first.
     pub fn sync(&mut self) -> StoreResult<()> {
+        let mut gate = self.gate.lock();
         let len = self.len;
-        self.file.sync_data().at(&self.path)?;
-        self.synced = len;
-        Ok(())
+        let rewrite = match gate.failed.is_some() {
+            true => self.rewrite_unsynced(),
+            false => Ok(()),
+        };
+        match rewrite.and_then(|()| self.file.sync_data().at(&self.path)) {
+            Ok(()) => {
+                gate.failed = None;
+                self.synced = len;
+                Ok(())
+            }
+            Err(e) => {
+                gate.failed = Some(e.to_string());
+                Err(e)
+            }
+        }
     }
 
-    /// Records that a sync of [`Self::file`] begun at length `len` completed.
+    /// A sync of what is written now, to run without the partition's lock; with `index`, it
+    /// also records the segment's index at this length as its durable floor.
+    pub fn detach_sync(&self, index: Option<Fs>) -> DetachedSync {
+        DetachedSync {
+            gate: self.gate.clone(),
+            file: self.file.clone(),
+            path: self.path.clone(),
+            base: self.base_offset(),
+            len: self.len,
+            index: index.map(|fs| (fs, self.shared.index())),
+        }
+    }
+
+    /// Records that a sync of this file begun at length `len` completed.
     pub fn mark_synced(&mut self, len: u64) {
+        debug_assert!(len <= self.len, "a sync covers written bytes only");
         self.synced = self.synced.max(len);
+    }
+
+    /// Runs `write_index` (writing the sealed segment's final index) with the gate held, and
+    /// marks the segment sealed if it succeeds: a detached sync finishing later leaves the index
+    /// alone.
+    pub fn seal_with(&self, write_index: impl FnOnce() -> StoreResult<()>) -> StoreResult<()> {
+        let mut gate = self.gate.lock();
+        write_index()?;
+        gate.sealed = true;
+        Ok(())
     }
 
     /// After a failed sync: writes the unsynced bytes again (from the mapping, which still holds
     /// them) and syncs, so that what was written (and may have been read) becomes durable as it
     /// is.
     pub fn resync(&mut self) -> StoreResult<()> {
+        self.gate
+            .lock()
+            .failed
+            .get_or_insert_with(|| "a sync failed".to_string());
+        self.sync()
+    }
+
+    fn rewrite_unsynced(&self) -> StoreResult<()> {
         let unsynced = self
             .map
             .view(self.len as usize)
             .slice(self.synced as usize..);
         let copy = unsynced.to_vec();
         drop(unsynced);
-        self.map.write(self.synced as usize, &copy).at(&self.path)?;
-        self.sync()
+        self.map.write(self.synced as usize, &copy).at(&self.path)
     }
 }

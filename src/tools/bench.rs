@@ -2,6 +2,12 @@
 //!
 //! Used by `strata bench` and by the criterion benches. Absolute times on a shared machine are
 //! noise; the ratio of the two engines measured back to back is the number to read.
+//!
+//! Both engines are driven the same way: `writers` OS threads, each appending one record per
+//! call (Strata: [`Log::append_blocking`]; RocksDB: `put_opt` with the WAL on and
+//! `sync = true` for Sync rows). Reads walk everything written, borrowing each value (Strata:
+//! [`Log::visit`]; RocksDB: a raw iterator), first while the data sits in the active segment /
+//! memtable, then again after both sealed it (roll / flush to SST files).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,6 +22,9 @@ use crate::store::Store;
 /// Partitions (and RocksDB key prefixes) the workloads spread records over.
 pub const BENCH_PARTITIONS: u32 = 4;
 
+/// Passes of each read workload; the fastest counts (for both engines alike).
+pub const READ_PASSES: usize = 3;
+
 /// An append workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendWorkload {
@@ -29,6 +38,63 @@ pub struct AppendWorkload {
     pub sync: bool,
 }
 
+impl AppendWorkload {
+    /// Records each writer appends.
+    pub fn per_writer(&self) -> usize {
+        self.records / self.writers.max(1)
+    }
+
+    /// Records appended in all (a multiple of the writer count).
+    pub fn total(&self) -> usize {
+        self.per_writer() * self.writers.max(1)
+    }
+
+    /// A short label: `100 B x 64 writers, sync`.
+    pub fn label(&self) -> String {
+        let mode = if self.sync { "sync" } else { "buffered" };
+        format!("{} B x {} writers, {mode}", self.value_size, self.writers)
+    }
+}
+
+/// Latency percentiles of single appends.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Latency {
+    /// Median.
+    pub p50: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// 99.9th percentile.
+    pub p999: Duration,
+}
+
+impl Latency {
+    /// Percentiles of `samples` (sorted here); zero when there are none.
+    pub fn of(samples: &mut [Duration]) -> Self {
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let last = samples.len().saturating_sub(1);
+            samples
+                .get(((last as f64) * q).round() as usize)
+                .copied()
+                .unwrap_or_default()
+        };
+        Self {
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+        }
+    }
+}
+
+/// What one engine's run of an append workload took.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppendRun {
+    /// Wall time of all appends.
+    pub elapsed: Duration,
+    /// Per-append latency percentiles (Sync workloads only; zero otherwise).
+    pub latency: Latency,
+}
+
 /// Timings of one workload on both engines.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comparison {
@@ -36,10 +102,14 @@ pub struct Comparison {
     pub name: String,
     /// Operations per engine.
     pub operations: usize,
+    /// Value bytes moved per engine.
+    pub bytes: u64,
     /// Strata's wall time.
     pub strata: Duration,
     /// RocksDB's wall time.
     pub rocksdb: Duration,
+    /// Per-operation latency (Strata, RocksDB) where it was measured.
+    pub latency: Option<(Latency, Latency)>,
 }
 
 impl Comparison {
@@ -57,6 +127,11 @@ impl Comparison {
     pub fn rocksdb_ops_per_sec(&self) -> f64 {
         self.operations as f64 / self.rocksdb.as_secs_f64().max(1e-9)
     }
+
+    /// Strata value bytes per second, in MB/s.
+    pub fn strata_megabytes_per_sec(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.strata.as_secs_f64().max(1e-9)
+    }
 }
 
 /// Log options for a workload.
@@ -71,145 +146,99 @@ pub fn strata_options(w: &AppendWorkload) -> LogOptions {
     }
 }
 
-/// Appends the workload to a fresh Strata log in `dir`; returns the log and the wall time.
-pub async fn strata_append(dir: &Path, w: &AppendWorkload) -> StoreResult<(Log, Duration)> {
+/// Runs `writers` threads of `per_writer` calls of `append(writer)`; returns the wall time and,
+/// when `timed`, every call's latency.
+fn run_writers<E: Send>(
+    writers: usize,
+    per_writer: usize,
+    timed: bool,
+    append: impl Fn(usize, usize) -> Result<(), E> + Sync,
+) -> Result<AppendRun, E> {
+    let start = Instant::now();
+    let mut samples = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..writers.max(1))
+            .map(|writer| {
+                let append = &append;
+                s.spawn(move || {
+                    let mut samples = Vec::with_capacity(if timed { per_writer } else { 0 });
+                    for seq in 0..per_writer {
+                        let began = timed.then(Instant::now);
+                        append(writer, seq)?;
+                        if let Some(began) = began {
+                            samples.push(began.elapsed());
+                        }
+                    }
+                    Ok(samples)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for handle in handles {
+            match handle.join() {
+                Ok(samples) => all.extend(samples?),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Ok(all)
+    })?;
+    Ok(AppendRun {
+        elapsed: start.elapsed(),
+        latency: Latency::of(&mut samples),
+    })
+}
+
+/// Appends the workload to a fresh Strata log in `dir` (blocking); returns the log and the run.
+pub fn strata_append(dir: &Path, w: &AppendWorkload) -> StoreResult<(Log, AppendRun)> {
     let store = Store::open(dir)?;
     let log = store.open_log("bench", BENCH_PARTITIONS, strata_options(w))?;
     let value = Bytes::from(vec![0x5au8; w.value_size]);
-    let per_writer = w.records / w.writers.max(1);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for writer in 0..w.writers.max(1) {
-        let log = log.clone();
-        let value = value.clone();
-        tasks.push(tokio::spawn(async move {
-            let partition = writer as u32 % BENCH_PARTITIONS;
-            for _ in 0..per_writer {
-                log.append(partition, vec![NewRecord::value(0, value.clone())])
-                    .await?;
-            }
-            Ok::<(), StoreError>(())
-        }));
-    }
-    for task in tasks {
-        task.await
-            .map_err(|e| StoreError::Invalid(e.to_string()))??;
-    }
-    Ok((log, start.elapsed()))
+    let run = run_writers(w.writers, w.per_writer(), w.sync, |writer, _| {
+        let partition = writer as u32 % BENCH_PARTITIONS;
+        log.append_blocking(partition, vec![NewRecord::value(0, value.clone())])
+            .map(|_| ())
+    })?;
+    Ok((log, run))
 }
 
-/// Reads every record of every partition of `log` in pages; returns the count and wall time.
+/// Visits every record of every partition of `log`, borrowing each value; returns the count
+/// and wall time.
 pub fn strata_read_all(log: &Log) -> StoreResult<(usize, Duration)> {
     let start = Instant::now();
     let mut count = 0;
     for p in 0..log.partition_count() {
-        log.for_each_record(p, 0, |_| {
+        let mut visit = |r: crate::segment::RecordRef<'_>| {
+            std::hint::black_box(r.value);
             count += 1;
             Ok::<(), StoreError>(())
-        })?;
+        };
+        log.visit(p, 0, i64::MAX, &mut visit)?;
     }
     Ok((count, start.elapsed()))
 }
 
-#[cfg(feature = "rocksdb")]
-mod baseline {
-    use super::*;
-    use std::sync::Arc;
+/// Seals every partition's active segment, so later reads walk sealed segments.
+pub fn strata_seal(log: &Log) -> StoreResult<()> {
+    (0..log.partition_count()).try_for_each(|p| log.roll_blocking(p))
+}
 
-    fn key(partition: u32, seq: u64) -> [u8; 12] {
-        let mut k = [0u8; 12];
-        k[..4].copy_from_slice(&partition.to_be_bytes());
-        k[4..].copy_from_slice(&seq.to_be_bytes());
-        k
-    }
-
-    /// Appends the workload to a fresh RocksDB in `dir` (one put per record, WAL on).
-    pub fn rocksdb_append(
-        dir: &Path,
-        w: &AppendWorkload,
-    ) -> Result<(Arc<rocksdb::DB>, Duration), String> {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(true);
-        let db = Arc::new(rocksdb::DB::open(&opts, dir).map_err(|e| e.to_string())?);
-        let value = vec![0x5au8; w.value_size];
-        let per_writer = w.records / w.writers.max(1);
-        let start = Instant::now();
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..w.writers.max(1))
-                .map(|writer| {
-                    let db = db.clone();
-                    let value = &value;
-                    s.spawn(move || {
-                        let mut wo = rocksdb::WriteOptions::default();
-                        wo.set_sync(w.sync);
-                        for seq in 0..per_writer {
-                            let k = key(writer as u32, seq as u64);
-                            db.put_opt(k, value, &wo).map_err(|e| e.to_string())?;
-                        }
-                        Ok::<(), String>(())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .try_for_each(|h| h.join().map_err(|_| "writer thread panicked".to_string())?)
-        })?;
-        Ok((db, start.elapsed()))
-    }
-
-    /// Iterates over every key of `db`; returns the count and wall time.
-    pub fn rocksdb_read_all(db: &rocksdb::DB) -> Result<(usize, Duration), String> {
-        let start = Instant::now();
-        let mut count = 0;
-        for item in db.iterator(rocksdb::IteratorMode::Start) {
-            let (_, v) = item.map_err(|e| e.to_string())?;
-            std::hint::black_box(&v);
-            count += 1;
+/// The fastest of [`READ_PASSES`] passes of `read`, checking each pass saw `expected` records.
+pub fn best_read<E: From<String>>(
+    expected: usize,
+    mut read: impl FnMut() -> Result<(usize, Duration), E>,
+) -> Result<Duration, E> {
+    let mut best = Duration::MAX;
+    for _ in 0..READ_PASSES {
+        let (count, took) = read()?;
+        if count != expected {
+            return Err(format!("read {count} records, expected {expected}").into());
         }
-        Ok((count, start.elapsed()))
+        best = best.min(took);
     }
-
-    /// Runs each workload on both engines, back to back, in fresh directories under `root`.
-    pub async fn compare(
-        root: &Path,
-        workloads: &[AppendWorkload],
-    ) -> Result<Vec<Comparison>, String> {
-        let mut out = Vec::new();
-        for (i, w) in workloads.iter().enumerate() {
-            let sdir = root.join(format!("strata-{i}"));
-            let rdir = root.join(format!("rocksdb-{i}"));
-            let (log, strata) = strata_append(&sdir, w).await.map_err(|e| e.to_string())?;
-            let (db, rocks) = rocksdb_append(&rdir, w)?;
-            let ops = (w.records / w.writers.max(1)) * w.writers.max(1);
-            out.push(Comparison {
-                name: format!(
-                    "append {} B x {} writers, {}",
-                    w.value_size,
-                    w.writers,
-                    if w.sync { "sync" } else { "buffered" }
-                ),
-                operations: ops,
-                strata,
-                rocksdb: rocks,
-            });
-            let (n_strata, strata_read) = strata_read_all(&log).map_err(|e| e.to_string())?;
-            let (n_rocks, rocks_read) = rocksdb_read_all(&db)?;
-            if n_strata != n_rocks {
-                return Err(format!(
-                    "read {n_strata} records from Strata, {n_rocks} from RocksDB"
-                ));
-            }
-            out.push(Comparison {
-                name: format!("sequential read of {} B records", w.value_size),
-                operations: n_strata,
-                strata: strata_read,
-                rocksdb: rocks_read,
-            });
-            log.close().await.map_err(|e| e.to_string())?;
-        }
-        Ok(out)
-    }
+    Ok(best)
 }
 
 #[cfg(feature = "rocksdb")]
-pub use baseline::{compare, rocksdb_append, rocksdb_read_all};
+mod baseline;
+
+#[cfg(feature = "rocksdb")]
+pub use baseline::{compare, rocksdb_append, rocksdb_read_all, rocksdb_seal};

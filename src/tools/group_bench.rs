@@ -279,8 +279,10 @@ pub async fn compare_group(
     out.push(Comparison {
         name: format!("group append {} B, one per call", w.payload_size),
         operations: w.appends,
+        bytes: (w.appends * w.payload_size) as u64,
         strata,
         rocksdb,
+        latency: None,
     });
     drop(engine);
 
@@ -291,8 +293,10 @@ pub async fn compare_group(
     out.push(Comparison {
         name: format!("group append_batch {} x {} B", w.batch, w.payload_size),
         operations: w.appends,
+        bytes: (w.appends * w.payload_size) as u64,
         strata,
         rocksdb,
+        latency: None,
     });
 
     let (hot_bytes, strata) = strata_read(&mut engine, w, 0).await?;
@@ -306,8 +310,10 @@ pub async fn compare_group(
     out.push(Comparison {
         name: format!("read hot, {} KiB pages", w.read_page / 1024),
         operations: pages,
+        bytes: hot_bytes,
         strata,
         rocksdb,
+        latency: None,
     });
 
     let flush = strata_flush_all(&mut engine).await?;
@@ -319,8 +325,10 @@ pub async fn compare_group(
     out.push(Comparison {
         name: format!("read cold (local store), {} KiB pages", w.read_page / 1024),
         operations: pages,
+        bytes: hot_bytes,
         strata,
         rocksdb,
+        latency: None,
     });
     Ok((out, flush))
 }
