@@ -33,7 +33,7 @@ use crate::error::{IoContext, StoreResult};
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use real::{RealFs, RealMap};
-pub use sync_gate::{refuse_if_failed, GateState, SyncGate};
+pub use sync_gate::{GateState, SyncGate};
 
 /// A shared file system handle.
 pub type Fs = Arc<dyn FileSystem>;

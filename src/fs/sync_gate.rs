@@ -8,50 +8,90 @@
 //! later syncs, until the writer heals (writes the unsynced bytes again and syncs them).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::FileHandle;
 use crate::error::{IoContext, StoreError, StoreResult};
 
-/// The sync state of one file.
+/// The sync state of one file (held while a sync runs).
 #[derive(Debug, Default)]
 pub struct GateState {
     /// Why the last sync failed, until one succeeds.
-    pub failed: Option<String>,
+    failed: Option<String>,
+    /// Mirrors `failed.is_some()`, readable without waiting for a running sync.
+    flag: Arc<AtomicBool>,
     /// The file's content is final (a sealed segment): late syncs have nothing left to do.
     pub sealed: bool,
 }
 
+impl GateState {
+    /// Why the last sync failed, if it is not healed yet.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Records a failed sync.
+    pub fn fail(&mut self, reason: String) {
+        self.failed = Some(reason);
+        self.flag.store(true, Ordering::Release);
+    }
+
+    /// Records a successful sync of every written byte.
+    pub fn clear(&mut self) {
+        self.failed = None;
+        self.flag.store(false, Ordering::Release);
+    }
+
+    /// Fails with an I/O error naming `path` while an earlier failure is unhealed.
+    pub fn refuse_if_failed(&self, path: &Path) -> StoreResult<()> {
+        match &self.failed {
+            None => Ok(()),
+            Some(reason) => Err(StoreError::io(
+                path,
+                std::io::Error::other(format!(
+                    "an earlier sync failed and its bytes were not written again yet: {reason}"
+                )),
+            )),
+        }
+    }
+}
+
 /// Serializes the syncs of one file (see the module doc).
-#[derive(Debug, Default, Clone)]
-pub struct SyncGate(Arc<Mutex<GateState>>);
+#[derive(Debug, Clone)]
+pub struct SyncGate {
+    state: Arc<Mutex<GateState>>,
+    flag: Arc<AtomicBool>,
+}
+
+impl Default for SyncGate {
+    fn default() -> Self {
+        let state = GateState::default();
+        Self {
+            flag: state.flag.clone(),
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+}
 
 impl SyncGate {
-    /// Holds the gate.
+    /// Holds the gate (waits for a running sync).
     pub fn lock(&self) -> MutexGuard<'_, GateState> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True while a failed sync is unhealed; never waits for a running sync.
+    pub fn has_failed(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
     }
 
     /// fdatasyncs `file` (at `path`) in turn; refuses while an earlier failure is unhealed, and
     /// records a new one.
     pub fn sync(&self, file: &dyn FileHandle, path: &Path) -> StoreResult<()> {
         let mut gate = self.lock();
-        refuse_if_failed(&gate, path)?;
-        file.sync_data().at(path).inspect_err(|e| {
-            gate.failed = Some(e.to_string());
-        })
-    }
-}
-
-/// The error for a sync refused because an earlier one failed and was not healed.
-pub fn refuse_if_failed(gate: &GateState, path: &Path) -> StoreResult<()> {
-    match &gate.failed {
-        None => Ok(()),
-        Some(reason) => Err(StoreError::io(
-            path,
-            std::io::Error::other(format!(
-                "an earlier sync failed and its bytes were not written again yet: {reason}"
-            )),
-        )),
+        gate.refuse_if_failed(path)?;
+        file.sync_data()
+            .at(path)
+            .inspect_err(|e| gate.fail(e.to_string()))
     }
 }

@@ -169,8 +169,12 @@ pub(crate) struct JournalFile {
     buffer: Vec<u8>,
     /// End of the frames written to the file.
     pub flushed: u64,
-    /// Every sync of the file passes through it.
+    /// Every sync of the frames passes through it.
     pub gate: SyncGate,
+    /// A second handle on the file for zeroing space ahead. Its syncs run beside the rounds'
+    /// (never holding them up); being another open file description, a write-back error it
+    /// sees is still reported to the rounds' handle, so it never hides a lost frame from them.
+    zeroing: FileRef,
     /// End of the frames written.
     pub len: u64,
     /// Bytes of the file written (with zeros, ahead of the frames) and synced: frames are only
@@ -189,15 +193,14 @@ pub(crate) struct JournalFile {
 pub(crate) struct Preparation {
     seq: u64,
     path: PathBuf,
+    /// The file's second handle (see [`JournalFile::zeroing`]).
     file: FileRef,
-    gate: SyncGate,
     from: u64,
     to: u64,
 }
 
 impl Preparation {
-    /// Writes zeros over the range and syncs them (through the file's gate: the sync also
-    /// writes back frames, so its failure must be healed like a round's).
+    /// Writes zeros over the range and syncs them.
     pub fn run(&self) -> StoreResult<()> {
         static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
         let mut at = self.from;
@@ -208,7 +211,7 @@ impl Preparation {
                 .at(&self.path)?;
             at += n;
         }
-        self.gate.sync(&*self.file, &self.path)
+        self.file.sync_data().at(&self.path)
     }
 }
 
@@ -226,12 +229,11 @@ impl JournalFile {
         remove_if_present(fs, &path)?;
         let file = fs.open(&path, OpenMode::CreateNew).at(&path)?;
         let header = JOURNAL_HEADER_LEN as u64;
-        let gate = SyncGate::default();
+        let zeroing = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
         let first = Preparation {
             seq,
             path: path.clone(),
-            file: file.clone(),
-            gate: gate.clone(),
+            file: zeroing.clone(),
             from: header,
             to: capacity.min(prepare_chunk(capacity)),
         };
@@ -251,7 +253,8 @@ impl JournalFile {
             capacity,
             buffer: Vec::new(),
             flushed: header,
-            gate,
+            gate: SyncGate::default(),
+            zeroing,
             len: header,
             prepared: first.to,
             synced: header,
@@ -278,8 +281,7 @@ impl JournalFile {
         (to > self.prepared).then(|| Preparation {
             seq: self.seq,
             path: self.path.clone(),
-            file: self.file.clone(),
-            gate: self.gate.clone(),
+            file: self.zeroing.clone(),
             from: self.prepared,
             to,
         })
@@ -341,7 +343,7 @@ impl JournalFile {
             .at(&self.path)?;
         self.flush()?;
         self.file.sync_data().at(&self.path)?;
-        gate.failed = None;
+        gate.clear();
         self.synced = self.len;
         Ok(())
     }
@@ -431,7 +433,12 @@ impl Journal {
 
     /// Makes the journal writable again after a failed sync.
     pub fn heal(&mut self) -> StoreResult<()> {
-        let failed = self.current.gate.lock().failed.clone();
+        // The flag, not the lock: a round may be syncing.
+        let failed = self
+            .current
+            .gate
+            .has_failed()
+            .then(|| "a sync failed".to_string());
         let Some(reason) = self.poisoned.clone().or(failed) else {
             return Ok(());
         };

@@ -39,14 +39,14 @@ impl DetachedSync {
         if gate.sealed {
             return Ok(());
         }
-        if let Some(reason) = &gate.failed {
+        if let Some(reason) = gate.failure() {
             return Err(StoreError::Poisoned {
                 partition,
                 reason: format!("{}: {reason}", self.path.display()),
             });
         }
         if let Err(e) = self.file.sync_data().at(&self.path) {
-            gate.failed = Some(e.to_string());
+            gate.fail(e.to_string());
             return Err(e);
         }
         let Some((fs, index)) = &self.index else {

@@ -291,18 +291,18 @@ impl SegmentWriter {
     pub fn sync(&mut self) -> StoreResult<()> {
         let mut gate = self.gate.lock();
         let len = self.len;
-        let rewrite = match gate.failed.is_some() {
+        let rewrite = match gate.failure().is_some() {
             true => self.rewrite_unsynced(),
             false => Ok(()),
         };
         match rewrite.and_then(|()| self.file.sync_data().at(&self.path)) {
             Ok(()) => {
-                gate.failed = None;
+                gate.clear();
                 self.synced = len;
                 Ok(())
             }
             Err(e) => {
-                gate.failed = Some(e.to_string());
+                gate.fail(e.to_string());
                 Err(e)
             }
         }
@@ -341,10 +341,12 @@ impl SegmentWriter {
     /// them) and syncs, so that what was written (and may have been read) becomes durable as it
     /// is.
     pub fn resync(&mut self) -> StoreResult<()> {
-        self.gate
-            .lock()
-            .failed
-            .get_or_insert_with(|| "a sync failed".to_string());
+        {
+            let mut gate = self.gate.lock();
+            if gate.failure().is_none() {
+                gate.fail("a sync failed".to_string());
+            }
+        }
         self.sync()
     }
 
