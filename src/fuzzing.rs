@@ -123,3 +123,18 @@ pub fn cold_object_round_trip(data: &[u8]) {
         "re-encoded cold object decodes differently"
     );
 }
+
+/// A group commit record decodes without panicking; what decodes re-encodes byte for byte.
+#[cfg(feature = "ursula")]
+pub fn commit_record_round_trip(data: &[u8]) {
+    use crate::group::commit_record::{decode, CommitRecord};
+    let mut again = CommitRecord::default();
+    if decode(data, |op| {
+        again.push(op);
+        Ok(())
+    })
+    .is_ok()
+    {
+        assert_eq!(again.as_bytes(), data, "re-encoded commit record differs");
+    }
+}

@@ -114,3 +114,14 @@ fn cold_object_decode_corpus() {
         strata::fuzzing::cold_object_round_trip,
     );
 }
+
+/// No libFuzzer target: `fuzz/` builds Strata without the `ursula` feature (no C++), and the group
+/// engine's codecs live behind it. The mutations here are its only fuzzing.
+#[cfg(feature = "ursula")]
+#[test]
+fn commit_record_decode_corpus() {
+    run(
+        "commit_record_decode",
+        strata::fuzzing::commit_record_round_trip,
+    );
+}

@@ -583,4 +583,53 @@ mod group_state {
         assert_eq!(u32_at(&b, 28), crc.finalize());
         assert_eq!(decode_cold_object("golden", &b).unwrap(), payload);
     }
+
+    #[test]
+    fn commit_record_matches_its_golden_bytes_and_the_spec() {
+        use strata::group::commit_record::{decode, CommitRecord, Op};
+        let ops = [
+            Op::Put {
+                cf: 2,
+                key: b"k1",
+                value: b"row",
+            },
+            Op::Delete { cf: 5, key: b"k2" },
+            Op::DeleteRange {
+                cf: 3,
+                from: b"a",
+                to: b"b",
+            },
+            Op::Requires {
+                partition: 3,
+                offset: 7,
+            },
+        ];
+        let mut record = CommitRecord::default();
+        ops.iter().for_each(|op| record.push(*op));
+        let b = vector("group_commit_record_v1.bin", record.as_bytes());
+        assert_eq!(b[0], 1, "version");
+        assert_eq!(
+            (b[1], b[2], u32_at(&b, 3)),
+            (1, 2, 2),
+            "put: tag, cf, key length"
+        );
+        assert_eq!(&b[7..9], b"k1");
+        assert_eq!((u32_at(&b, 9), &b[13..16]), (3, &b"row"[..]), "put value");
+        assert_eq!(
+            (b[16], b[17], u32_at(&b, 18), &b[22..24]),
+            (2, 5, 2, &b"k2"[..])
+        );
+        assert_eq!((b[24], b[25]), (3, 3), "delete_range: tag, cf");
+        let requires = b.len() - 13;
+        assert_eq!(b[requires], 4, "requires tag");
+        assert_eq!(u32_at(&b, requires + 1), 3);
+        assert_eq!(u64_le(&b, requires + 5), 7);
+        let mut decoded = Vec::new();
+        decode(&b, |op| {
+            decoded.push(op);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(decoded, ops);
+    }
 }

@@ -213,12 +213,13 @@ impl DiskGroupEngine {
             row.append_count += 1;
             messages.push((offset, next_offset, log_offset));
         }
+        let partition = updated.partition;
         self.state.streams.insert(id.clone(), updated);
         self.commit_records(tx, &id, offset, &plan.ends);
         for (offset, next_offset, log_offset) in messages {
             tx.put_message(
-                &self.db,
                 &id,
+                partition,
                 offset,
                 MessageRow {
                     end_offset: next_offset,
@@ -669,14 +670,15 @@ impl DiskGroupEngine {
             });
         }
         renew_ttl(&mut row.metadata, now_ms);
+        let partition = updated.partition;
         self.state.streams.insert(id.clone(), updated);
         for (item, ends) in items.iter().zip(&all_ends) {
             self.commit_records(tx, id, item.start_offset, ends);
         }
         for (start, end, log_offset) in messages {
             tx.put_message(
-                &self.db,
                 id,
+                partition,
                 start,
                 MessageRow {
                     end_offset: end,
@@ -823,7 +825,7 @@ impl DiskGroupEngine {
             object_size: payload.object_size,
             object_offset: 0,
         };
-        tx.put_external(&self.db, &id, &segment);
+        tx.put_external(&id, &segment);
         self.state.streams.insert(id.clone(), updated);
         self.commit_records(tx, &id, offset, &request.record_ends);
         if let Some(p) = &request.producer {

@@ -331,7 +331,7 @@ impl DiskGroupEngine {
                 });
             }
             for (start, _, _) in &dropped {
-                tx.delete_chunk(&self.db, &id, *start);
+                tx.delete_chunk(&id, *start);
             }
             // Exclusive objects are unreferenced now; shared ones lose one reference.
             let (shared, exclusive): (Vec<_>, Vec<_>) =
@@ -354,7 +354,7 @@ impl DiskGroupEngine {
                 .map(|e| e.start_offset)
                 .collect();
             if let (Some(first), Some(last)) = (gone.first(), gone.last()) {
-                tx.delete_externals(&self.db, &id, *first, last + 1);
+                tx.delete_externals(&id, *first, last + 1);
             }
             self.settle_hot_start(&id)?;
             self.save_stream(&mut tx, &id);

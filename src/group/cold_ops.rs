@@ -295,7 +295,7 @@ impl DiskGroupEngine {
         }
         let mut tx = Tx::default();
         let end = chunk.end_offset;
-        tx.put_chunk(&self.db, id, &chunk);
+        tx.put_chunk(id, &chunk);
         if chunk.shared_object {
             *self
                 .state
@@ -392,9 +392,9 @@ impl DiskGroupEngine {
             .map(|c| c.s3_path.clone())
             .collect();
         for old in &request.old_chunks {
-            tx.delete_chunk(&self.db, id, old.start_offset);
+            tx.delete_chunk(id, old.start_offset);
         }
-        tx.put_chunk(&self.db, id, &replacement);
+        tx.put_chunk(id, &replacement);
         if let Some(row) = self.state.streams.get_mut(id) {
             row.cold_chunks.splice(at..at + n, [replacement]);
         }
@@ -430,7 +430,7 @@ impl DiskGroupEngine {
         let mut removed = 0;
         while self.state.gc.front().is_some_and(|e| e.seq <= up_to_seq) {
             if let Some(entry) = self.state.gc.pop_front() {
-                tx.delete_gc(&self.db, entry.seq);
+                tx.delete_gc(entry.seq);
                 removed += 1;
             }
         }

@@ -369,6 +369,14 @@ impl DiskGroupEngine {
                 *entry = (*entry).min(m.log_offset);
             }
         }
+        // Commit records from the replay position on may be the only durable copy of their
+        // changes until RocksDB flushes: read the position, flush, and keep them.
+        let durable = self.db.replay_from()?;
+        self.db.flush()?;
+        let commits = lowest
+            .entry(super::commit_record::COMMIT_PARTITION)
+            .or_insert(durable);
+        *commits = (*commits).min(durable);
         Ok(self.payloads.reclaim(&lowest)?)
     }
 }

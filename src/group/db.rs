@@ -1,14 +1,17 @@
 //! The RocksDB database that holds group state: column families, one atomic `WriteBatch` per
-//! command (written with sync), and the full load at open (format/GROUP_STATE.md).
+//! command built from its commit record and written without RocksDB's WAL, atomic flushes, and
+//! the full load at open (format/GROUP_STATE.md).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use rocksdb::{
-    ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
+    ColumnFamilyDescriptor, Direction, FlushOptions, IteratorMode, Options, WriteBatch,
+    WriteOptions, DB,
 };
 use ursula_shard::BucketStreamId;
 
+use super::commit_record::{self, CommitRecord, Op};
 use super::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
 use super::rows::{
     decode_row, encode_row, GcRow, MessageRow, ProducerRow, QuotaRow, ReceiptRow, StreamRow,
@@ -19,9 +22,10 @@ use super::GroupError;
 use crate::fs::{create_dir_durable, Fs};
 use crate::StoreError;
 
-/// Version of the group-state layout; stored under `meta/format_version`. Version 1 (checkpoint
-/// payloads inside stream rows) is read and upgraded at open.
-pub const GROUP_STATE_VERSION: u64 = 2;
+/// Version of the group-state layout; stored under `meta/format_version`. Versions 1 (checkpoint
+/// payloads inside stream rows) and 2 (every batch synced, no replay position) are upgraded at
+/// open.
+pub const GROUP_STATE_VERSION: u64 = 3;
 
 pub(crate) const CF_META: &str = "meta";
 pub(crate) const CF_BUCKETS: &str = "buckets";
@@ -61,6 +65,7 @@ pub(crate) const COLUMN_FAMILIES: [&str; 15] = [
 const META_FORMAT_VERSION: &[u8] = b"format_version";
 const META_COMMIT_INDEX: &[u8] = b"commit_index";
 const META_NEXT_GC_SEQ: &[u8] = b"next_cold_gc_seq";
+const META_REPLAY_FROM: &[u8] = b"replay_from";
 
 /// The open database.
 pub(crate) struct GroupDb {
@@ -70,23 +75,35 @@ pub(crate) struct GroupDb {
     dir: PathBuf,
 }
 
-/// The writes of one command, committed atomically by [`GroupDb::commit`].
+/// The writes of one command: a [`CommitRecord`], made durable in the payload log and then
+/// applied by [`GroupDb::apply`].
 #[derive(Default)]
 pub(crate) struct Tx {
-    batch: WriteBatch,
+    record: CommitRecord,
     error: Option<GroupError>,
     dirty_streams: Vec<BucketStreamId>,
+}
+
+/// The index of column family `name` in [`COLUMN_FAMILIES`] (the `cf` byte of a commit record).
+fn cf_index(name: &str) -> u8 {
+    let index = COLUMN_FAMILIES.iter().position(|cf| *cf == name);
+    debug_assert!(index.is_some(), "unknown column family {name}");
+    index.map_or(u8::MAX, |i| i as u8)
 }
 
 impl GroupDb {
     /// Opens (creating when absent) the database in `dir`, checking its format version. `dir`
     /// is created through `fs` and handed to RocksDB as a native directory.
-    pub fn open(fs: &Fs, dir: &Path) -> Result<Self, GroupError> {
+    /// `log_end` is the payload log's next commit-record offset: where replay starts for a
+    /// database that records none (a new one, or version 2, whose every batch was synced).
+    pub fn open(fs: &Fs, dir: &Path, log_end: u64) -> Result<Self, GroupError> {
         create_dir_durable(&**fs, dir)?;
         fs.native_dir(dir).map_err(|e| StoreError::io(dir, e))?;
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
+        // Batches are applied without the WAL; a flush must cut every family at one point.
+        options.set_atomic_flush(true);
         let families = COLUMN_FAMILIES
             .iter()
             .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
@@ -96,47 +113,48 @@ impl GroupDb {
             fs: fs.clone(),
             dir: dir.to_path_buf(),
         };
-        match this.get(CF_META, META_FORMAT_VERSION)? {
-            None => {
-                let mut tx = Tx::default();
-                tx.put_raw(
-                    &this,
-                    CF_META,
-                    META_FORMAT_VERSION,
-                    &GROUP_STATE_VERSION.to_be_bytes(),
-                );
-                this.commit(tx)?;
-            }
-            Some(v) if v.as_slice() == GROUP_STATE_VERSION.to_be_bytes() => {}
-            Some(v) if v.as_slice() == 1u64.to_be_bytes() => this.upgrade_from_v1()?,
+        let version = this.get(CF_META, META_FORMAT_VERSION)?;
+        let version = version
+            .as_deref()
+            .map(|v| be_u64(v, "format version"))
+            .transpose()?;
+        match version {
+            Some(GROUP_STATE_VERSION) => {}
+            None | Some(1) | Some(2) => this.upgrade(version, log_end)?,
             Some(v) => {
                 return Err(GroupError::Corrupt(format!(
-                    "group state format version {v:?}, this build reads {GROUP_STATE_VERSION}"
+                    "group state format version {v}, this build reads {GROUP_STATE_VERSION}"
                 )))
             }
         }
         Ok(this)
     }
 
-    /// Moves the checkpoint payloads that version 1 kept inside stream rows into the
-    /// `snapshots` family, rewrites those rows without them, and records version 2: one batch.
-    fn upgrade_from_v1(&self) -> Result<(), GroupError> {
+    /// Brings a new, version 1 or version 2 database to version 3 in one durable batch:
+    /// version 1 checkpoint payloads move from stream rows into the `snapshots` family, and the
+    /// replay position becomes `log_end` (nothing before it is a commit record to apply).
+    fn upgrade(&self, from: Option<u64>, log_end: u64) -> Result<(), GroupError> {
         let mut tx = Tx::default();
-        self.scan(CF_STREAMS, &[], &[], |k, v| {
-            let row: StreamRow = decode_row("stream", v)?;
-            if let Some(snapshot) = &row.visible_snapshot {
-                tx.put_raw(self, CF_SNAPSHOTS, k, &snapshot.payload);
-            }
-            tx.put_json(self, CF_STREAMS, k, &row);
-            Ok(true)
-        })?;
+        if from == Some(1) {
+            self.scan(CF_STREAMS, &[], &[], |k, v| {
+                let row: StreamRow = decode_row("stream", v)?;
+                if let Some(snapshot) = &row.visible_snapshot {
+                    tx.put_raw(CF_SNAPSHOTS, k, &snapshot.payload);
+                }
+                tx.put_json(CF_STREAMS, k, &row);
+                Ok(true)
+            })?;
+        }
         tx.put_raw(
-            self,
             CF_META,
             META_FORMAT_VERSION,
             &GROUP_STATE_VERSION.to_be_bytes(),
         );
-        self.commit(tx)
+        if let Some(e) = tx.error {
+            return Err(e);
+        }
+        self.apply(tx.record.as_bytes(), log_end)?;
+        self.flush()
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, GroupError> {
@@ -150,17 +168,38 @@ impl GroupDb {
         Ok(self.db.get_cf(self.cf(cf)?, key)?)
     }
 
-    /// Writes `tx` atomically and durably (WAL fsync before return).
-    pub fn commit(&self, tx: Tx) -> Result<(), GroupError> {
-        if let Some(e) = tx.error {
-            return Err(e);
-        }
+    /// Applies the changes of a commit record, and `next` as the replay position, in one
+    /// atomic batch without RocksDB's write-ahead log: the commit record in the payload log is
+    /// what makes them durable (format/GROUP_STATE.md, "Commit protocol").
+    pub fn apply(&self, record: &[u8], next: u64) -> Result<(), GroupError> {
+        let mut batch = WriteBatch::default();
+        commit_record::decode(record, |op| {
+            match op {
+                Op::Put { cf, key, value } => batch.put_cf(self.cf_at(cf)?, key, value),
+                Op::Delete { cf, key } => batch.delete_cf(self.cf_at(cf)?, key),
+                Op::DeleteRange { cf, from, to } => {
+                    batch.delete_range_cf(self.cf_at(cf)?, from, to)
+                }
+                Op::Requires { .. } => {}
+            }
+            Ok(())
+        })?;
+        batch.put_cf(self.cf(CF_META)?, META_REPLAY_FROM, next.to_be_bytes());
         let mut options = WriteOptions::default();
-        options.set_sync(true);
-        self.fs
-            .external_sync(&self.dir)
-            .map_err(|e| StoreError::io(&self.dir, e))?;
-        Ok(self.db.write_opt(tx.batch, &options)?)
+        options.disable_wal(true);
+        Ok(self.db.write_opt(batch, &options)?)
+    }
+
+    /// The payload log offset of the first commit record not yet applied.
+    pub fn replay_from(&self) -> Result<u64, GroupError> {
+        self.meta_u64(META_REPLAY_FROM)
+    }
+
+    fn cf_at(&self, index: u8) -> Result<&rocksdb::ColumnFamily, GroupError> {
+        let name = COLUMN_FAMILIES
+            .get(usize::from(index))
+            .ok_or_else(|| GroupError::Corrupt(format!("column family index {index}")))?;
+        self.cf(name)
     }
 
     /// Calls `f` with every `(key, value)` of `cf` whose key starts with `prefix`, from `from`
@@ -438,12 +477,20 @@ impl GroupDb {
         }
     }
 
-    /// Flushes memtables (used at shutdown so reopen does not replay the WAL).
+    /// Makes every applied batch durable: one atomic flush of all column families (announced to
+    /// the file layer first, a crash point of the power-cut tests). Until it returns, the
+    /// commit records since the last flush are the only durable copy.
     pub fn flush(&self) -> Result<(), GroupError> {
-        for name in COLUMN_FAMILIES {
-            self.db.flush_cf(self.cf(name)?)?;
-        }
-        Ok(())
+        self.fs
+            .external_sync(&self.dir)
+            .map_err(|e| StoreError::io(&self.dir, e))?;
+        let families = COLUMN_FAMILIES
+            .iter()
+            .map(|name| self.cf(name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut options = FlushOptions::default();
+        options.set_wait(true);
+        Ok(self.db.flush_cfs_opt(&families, &options)?)
     }
 }
 
@@ -461,78 +508,76 @@ fn message_start(key: &[u8], prefix_len: usize) -> Result<u64, GroupError> {
 }
 
 impl Tx {
-    fn put_raw(&mut self, db: &GroupDb, cf: &str, key: &[u8], value: &[u8]) {
-        match db.cf(cf) {
-            Ok(handle) => self.batch.put_cf(handle, key, value),
-            Err(e) => self.error = Some(e),
-        }
+    fn put_raw(&mut self, cf: &str, key: &[u8], value: &[u8]) {
+        self.record.push(Op::Put {
+            cf: cf_index(cf),
+            key,
+            value,
+        });
     }
 
-    fn delete_raw(&mut self, db: &GroupDb, cf: &str, key: &[u8]) {
-        match db.cf(cf) {
-            Ok(handle) => self.batch.delete_cf(handle, key),
-            Err(e) => self.error = Some(e),
-        }
+    fn delete_raw(&mut self, cf: &str, key: &[u8]) {
+        self.record.push(Op::Delete {
+            cf: cf_index(cf),
+            key,
+        });
     }
 
-    fn delete_prefix(&mut self, db: &GroupDb, cf: &str, prefix: &[u8]) {
-        match db.cf(cf) {
-            Ok(handle) => self
-                .batch
-                .delete_range_cf(handle, prefix, prefix_end(prefix).as_slice()),
-            Err(e) => self.error = Some(e),
-        }
+    fn delete_range(&mut self, cf: &str, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>) {
+        self.record.push(Op::DeleteRange {
+            cf: cf_index(cf),
+            from: from.as_ref(),
+            to: to.as_ref(),
+        });
     }
 
-    fn put_json<T: serde::Serialize>(&mut self, db: &GroupDb, cf: &str, key: &[u8], row: &T) {
+    fn delete_prefix(&mut self, cf: &str, prefix: &[u8]) {
+        self.delete_range(cf, prefix, prefix_end(prefix));
+    }
+
+    fn put_json<T: serde::Serialize>(&mut self, cf: &str, key: &[u8], row: &T) {
         match encode_row(row) {
-            Ok(value) => self.put_raw(db, cf, key, &value),
+            Ok(value) => self.put_raw(cf, key, &value),
             Err(e) => self.error = Some(e),
         }
     }
 
     /// Records the commit index and the next cold-GC sequence.
-    pub fn put_counters(&mut self, db: &GroupDb, state: &GroupState) {
+    pub fn put_counters(&mut self, state: &GroupState) {
         self.put_raw(
-            db,
             CF_META,
             META_COMMIT_INDEX,
             &state.commit_index.to_be_bytes(),
         );
-        self.put_raw(
-            db,
-            CF_META,
-            META_NEXT_GC_SEQ,
-            &state.next_gc_seq.to_be_bytes(),
-        );
+        self.put_raw(CF_META, META_NEXT_GC_SEQ, &state.next_gc_seq.to_be_bytes());
     }
 
     /// Writes a bucket marker.
-    pub fn put_bucket(&mut self, db: &GroupDb, bucket: &str) {
-        self.put_raw(db, CF_BUCKETS, bucket.as_bytes(), &[]);
+    pub fn put_bucket(&mut self, bucket: &str) {
+        self.put_raw(CF_BUCKETS, bucket.as_bytes(), &[]);
     }
 
     /// Removes a bucket marker.
-    pub fn delete_bucket(&mut self, db: &GroupDb, bucket: &str) {
-        self.delete_raw(db, CF_BUCKETS, bucket.as_bytes());
+    pub fn delete_bucket(&mut self, bucket: &str) {
+        self.delete_raw(CF_BUCKETS, bucket.as_bytes());
     }
 
     /// Writes a stream row.
-    pub fn put_stream(&mut self, db: &GroupDb, id: &BucketStreamId, row: &StreamRow) {
-        self.put_json(db, CF_STREAMS, &stream_key(id), row);
+    pub fn put_stream(&mut self, id: &BucketStreamId, row: &StreamRow) {
+        self.put_json(CF_STREAMS, &stream_key(id), row);
         if row.snapshot_changed {
             match &row.visible_snapshot {
-                Some(s) => self.put_raw(db, CF_SNAPSHOTS, &stream_key(id), &s.payload),
-                None => self.delete_raw(db, CF_SNAPSHOTS, &stream_key(id)),
+                Some(s) => self.put_raw(CF_SNAPSHOTS, &stream_key(id), &s.payload),
+                None => self.delete_raw(CF_SNAPSHOTS, &stream_key(id)),
             }
         }
     }
 
     /// Removes a stream row with every message, producer and receipt of the stream.
-    pub fn delete_stream(&mut self, db: &GroupDb, id: &BucketStreamId) {
+    pub fn delete_stream(&mut self, id: &BucketStreamId) {
         let key = stream_key(id);
-        self.delete_raw(db, CF_STREAMS, &key);
-        self.delete_raw(db, CF_SNAPSHOTS, &key);
+        self.delete_raw(CF_STREAMS, &key);
+        self.delete_raw(CF_SNAPSHOTS, &key);
         for cf in [
             CF_MESSAGES,
             CF_PRODUCERS,
@@ -542,19 +587,13 @@ impl Tx {
             CF_RECORD_OFFSETS,
             CF_EXTERNAL,
         ] {
-            self.delete_prefix(db, cf, &key);
+            self.delete_prefix(cf, &key);
         }
     }
 
     /// Writes one cold chunk row (key: stream key ++ start offset).
-    pub fn put_chunk(
-        &mut self,
-        db: &GroupDb,
-        id: &BucketStreamId,
-        chunk: &ursula_stream::ColdChunkRef,
-    ) {
+    pub fn put_chunk(&mut self, id: &BucketStreamId, chunk: &ursula_stream::ColdChunkRef) {
         self.put_json(
-            db,
             CF_COLD_CHUNKS,
             &super::keys::message_key(id, chunk.start_offset),
             chunk,
@@ -562,15 +601,13 @@ impl Tx {
     }
 
     /// Writes JSON record `ordinal` of `id`, starting at `start` (both directions of the index).
-    pub fn put_record(&mut self, db: &GroupDb, id: &BucketStreamId, ordinal: u64, start: u64) {
+    pub fn put_record(&mut self, id: &BucketStreamId, ordinal: u64, start: u64) {
         self.put_raw(
-            db,
             CF_RECORDS,
             &super::keys::message_key(id, ordinal),
             &start.to_be_bytes(),
         );
         self.put_raw(
-            db,
             CF_RECORD_OFFSETS,
             &super::keys::message_key(id, start),
             &ordinal.to_be_bytes(),
@@ -578,35 +615,19 @@ impl Tx {
     }
 
     /// Removes the JSON records of `id` with ordinals in `[first, end)` and starts below `below`.
-    pub fn delete_records(
-        &mut self,
-        db: &GroupDb,
-        id: &BucketStreamId,
-        first: u64,
-        end: u64,
-        below: u64,
-    ) {
+    pub fn delete_records(&mut self, id: &BucketStreamId, first: u64, end: u64, below: u64) {
         for (cf, from, to) in [(CF_RECORDS, first, end), (CF_RECORD_OFFSETS, 0, below)] {
-            match db.cf(cf) {
-                Ok(handle) => self.batch.delete_range_cf(
-                    handle,
-                    super::keys::message_key(id, from),
-                    super::keys::message_key(id, to),
-                ),
-                Err(e) => self.error = Some(e),
-            }
+            self.delete_range(
+                cf,
+                super::keys::message_key(id, from),
+                super::keys::message_key(id, to),
+            );
         }
     }
 
     /// Writes an external payload segment of `id`.
-    pub fn put_external(
-        &mut self,
-        db: &GroupDb,
-        id: &BucketStreamId,
-        segment: &ursula_stream::ObjectPayloadRef,
-    ) {
+    pub fn put_external(&mut self, id: &BucketStreamId, segment: &ursula_stream::ObjectPayloadRef) {
         self.put_json(
-            db,
             CF_EXTERNAL,
             &super::keys::message_key(id, segment.start_offset),
             segment,
@@ -614,25 +635,30 @@ impl Tx {
     }
 
     /// Removes the external segments of `id` starting in `[from, to)`.
-    pub fn delete_externals(&mut self, db: &GroupDb, id: &BucketStreamId, from: u64, to: u64) {
-        match db.cf(CF_EXTERNAL) {
-            Ok(handle) => self.batch.delete_range_cf(
-                handle,
-                super::keys::message_key(id, from),
-                super::keys::message_key(id, to),
-            ),
-            Err(e) => self.error = Some(e),
-        }
+    pub fn delete_externals(&mut self, id: &BucketStreamId, from: u64, to: u64) {
+        self.delete_range(
+            CF_EXTERNAL,
+            super::keys::message_key(id, from),
+            super::keys::message_key(id, to),
+        )
     }
 
     /// Removes the cold chunk row starting at `start`.
-    pub fn delete_chunk(&mut self, db: &GroupDb, id: &BucketStreamId, start: u64) {
-        self.delete_raw(db, CF_COLD_CHUNKS, &super::keys::message_key(id, start));
+    pub fn delete_chunk(&mut self, id: &BucketStreamId, start: u64) {
+        self.delete_raw(CF_COLD_CHUNKS, &super::keys::message_key(id, start));
     }
 
-    /// True when the batch holds no write and no stream is marked.
+    /// The encoded commit record, or the first error met while building it.
+    pub fn record(&self) -> Result<&[u8], GroupError> {
+        match &self.error {
+            Some(e) => Err(GroupError::Corrupt(e.to_string())),
+            None => Ok(self.record.as_bytes()),
+        }
+    }
+
+    /// True when the record holds no write and no stream is marked.
     pub fn is_empty(&self) -> bool {
-        self.batch.is_empty() && self.dirty_streams.is_empty() && self.error.is_none()
+        self.record.is_empty() && self.dirty_streams.is_empty() && self.error.is_none()
     }
 
     /// Marks a stream whose row the commit must write (once, however often it changed).
@@ -647,10 +673,20 @@ impl Tx {
         std::mem::take(&mut self.dirty_streams)
     }
 
-    /// Writes one message row.
-    pub fn put_message(&mut self, db: &GroupDb, id: &BucketStreamId, start: u64, row: MessageRow) {
+    /// Writes one message row of a stream whose payloads live in `partition` (and records that
+    /// the command needs that payload record).
+    pub fn put_message(
+        &mut self,
+        id: &BucketStreamId,
+        partition: u32,
+        start: u64,
+        row: MessageRow,
+    ) {
+        self.record.push(Op::Requires {
+            partition,
+            offset: row.log_offset,
+        });
         self.put_raw(
-            db,
             CF_MESSAGES,
             &super::keys::message_key(id, start),
             &row.encode(),
@@ -672,14 +708,11 @@ impl Tx {
             .map(|(start, _)| start)
             .collect();
         if let (Some(first), Some(last)) = (below.first(), below.last()) {
-            match db.cf(CF_MESSAGES) {
-                Ok(handle) => self.batch.delete_range_cf(
-                    handle,
-                    super::keys::message_key(id, *first),
-                    super::keys::message_key(id, last + 1),
-                ),
-                Err(e) => self.error = Some(e),
-            }
+            self.delete_range(
+                CF_MESSAGES,
+                super::keys::message_key(id, *first),
+                super::keys::message_key(id, last + 1),
+            );
         }
         Ok(())
     }
@@ -687,7 +720,6 @@ impl Tx {
     /// Writes a producer row; `reset` first drops the producer's receipts (a new epoch).
     pub fn put_producer(
         &mut self,
-        db: &GroupDb,
         id: &BucketStreamId,
         producer: &str,
         row: &ProducerRow,
@@ -695,22 +727,14 @@ impl Tx {
     ) {
         let key = super::keys::producer_key(id, producer);
         if reset {
-            self.delete_prefix(db, CF_RECEIPTS, &key);
+            self.delete_prefix(CF_RECEIPTS, &key);
         }
-        self.put_json(db, CF_PRODUCERS, &key, row);
+        self.put_json(CF_PRODUCERS, &key, row);
     }
 
     /// Writes the receipt of one producer sequence.
-    pub fn put_receipt(
-        &mut self,
-        db: &GroupDb,
-        id: &BucketStreamId,
-        producer: &str,
-        seq: u64,
-        row: &ReceiptRow,
-    ) {
+    pub fn put_receipt(&mut self, id: &BucketStreamId, producer: &str, seq: u64, row: &ReceiptRow) {
         self.put_json(
-            db,
             CF_RECEIPTS,
             &super::keys::receipt_key(id, producer, seq),
             row,
@@ -718,48 +742,41 @@ impl Tx {
     }
 
     /// Writes a bucket's usage.
-    pub fn put_usage(&mut self, db: &GroupDb, bucket: &str, row: &UsageRow) {
-        self.put_json(db, CF_USAGE, bucket.as_bytes(), row);
+    pub fn put_usage(&mut self, bucket: &str, row: &UsageRow) {
+        self.put_json(CF_USAGE, bucket.as_bytes(), row);
     }
 
     /// Writes or (with `None`) removes a bucket's quota.
-    pub fn put_quota(&mut self, db: &GroupDb, bucket: &str, row: Option<&QuotaRow>) {
+    pub fn put_quota(&mut self, bucket: &str, row: Option<&QuotaRow>) {
         match row {
-            Some(row) => self.put_json(db, CF_QUOTAS, bucket.as_bytes(), row),
-            None => self.delete_raw(db, CF_QUOTAS, bucket.as_bytes()),
+            Some(row) => self.put_json(CF_QUOTAS, bucket.as_bytes(), row),
+            None => self.delete_raw(CF_QUOTAS, bucket.as_bytes()),
         }
     }
 
     /// Writes or (with `None`) removes the retired append count of a stream.
-    pub fn put_retired_count(&mut self, db: &GroupDb, id: &BucketStreamId, count: Option<u64>) {
+    pub fn put_retired_count(&mut self, id: &BucketStreamId, count: Option<u64>) {
         match count {
-            Some(n) => self.put_raw(db, CF_RETIRED_COUNTS, &stream_key(id), &n.to_be_bytes()),
-            None => self.delete_raw(db, CF_RETIRED_COUNTS, &stream_key(id)),
+            Some(n) => self.put_raw(CF_RETIRED_COUNTS, &stream_key(id), &n.to_be_bytes()),
+            None => self.delete_raw(CF_RETIRED_COUNTS, &stream_key(id)),
         }
     }
 
     /// Appends a cold-GC entry (key = its sequence, big-endian).
-    pub fn put_gc(&mut self, db: &GroupDb, entry: &GcRow) {
-        self.put_json(db, CF_COLD_GC, &entry.seq.to_be_bytes(), entry);
+    pub fn put_gc(&mut self, entry: &GcRow) {
+        self.put_json(CF_COLD_GC, &entry.seq.to_be_bytes(), entry);
     }
 
     /// Removes a cold-GC entry.
-    pub fn delete_gc(&mut self, db: &GroupDb, seq: u64) {
-        self.delete_raw(db, CF_COLD_GC, &seq.to_be_bytes());
+    pub fn delete_gc(&mut self, seq: u64) {
+        self.delete_raw(CF_COLD_GC, &seq.to_be_bytes());
     }
 
     /// Drops everything (install of a whole-group snapshot).
-    pub fn clear_all(&mut self, db: &GroupDb) {
+    pub fn clear_all(&mut self) {
         for cf in COLUMN_FAMILIES {
             if cf != CF_META {
-                match db.cf(cf) {
-                    Ok(handle) => self.batch.delete_range_cf(
-                        handle,
-                        [0u8].as_slice(),
-                        [u8::MAX; 300].as_slice(),
-                    ),
-                    Err(e) => self.error = Some(e),
-                }
+                self.delete_range(cf, [0u8].as_slice(), [u8::MAX; 300].as_slice());
             }
         }
     }

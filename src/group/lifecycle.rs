@@ -217,7 +217,7 @@ impl DiskGroupEngine {
         self.state
             .retired_counts
             .insert(id.clone(), row.append_count);
-        tx.put_retired_count(&self.db, id, Some(row.append_count));
+        tx.put_retired_count(id, Some(row.append_count));
         let usage = self.state.usage.entry(id.bucket_id.clone()).or_default();
         usage.stream_count = usage.stream_count.saturating_sub(1);
         usage.retained_bytes = usage
@@ -251,7 +251,7 @@ impl DiskGroupEngine {
             .map(|c| c.s3_path.clone())
             .collect();
         self.release_shared(tx, shared, 0);
-        tx.delete_stream(&self.db, id);
+        tx.delete_stream(id);
         true
     }
 
@@ -282,7 +282,7 @@ impl DiskGroupEngine {
             target,
         };
         self.state.next_gc_seq += 1;
-        tx.put_gc(&self.db, &entry);
+        tx.put_gc(&entry);
         self.state.gc.push_back(entry);
     }
 
@@ -324,7 +324,7 @@ impl DiskGroupEngine {
         validate_bucket_id(&id.bucket_id)
             .map_err(|m| stream_error(StreamErrorCode::InvalidBucketId, m))?;
         if self.state.buckets.insert(id.bucket_id.clone()) {
-            tx.put_bucket(&self.db, &id.bucket_id);
+            tx.put_bucket(&id.bucket_id);
         }
         Ok(())
     }
@@ -581,13 +581,13 @@ impl DiskGroupEngine {
                 object_offset: 0,
             };
             integrity_external(&mut row, &id, 0, initial_len, &e.s3_path, e.object_size)?;
-            tx.put_external(&self.db, &id, &segment);
+            tx.put_external(&id, &segment);
         }
         if let Some(&log_offset) = log_offsets.first() {
             integrity_append(&mut row, &id, 0, initial_len, &initial)?;
             tx.put_message(
-                &self.db,
                 &id,
+                partition,
                 0,
                 MessageRow {
                     end_offset: initial_len,
@@ -599,7 +599,7 @@ impl DiskGroupEngine {
             let item = producer_item(0, initial_len, request.close_after, record_range);
             self.record_producer(tx, &id, p, vec![item]);
         }
-        tx.put_retired_count(&self.db, &id, None);
+        tx.put_retired_count(&id, None);
         tx.mark_stream(&id);
         if let Some(at) = expiry_at_ms(&row.metadata) {
             self.state.expiry_floor = self.state.expiry_floor.min(at);
@@ -624,7 +624,7 @@ impl DiskGroupEngine {
         let mut tx = Tx::default();
         self.remove_stream(&mut tx, id);
         self.state.retired_counts.remove(id);
-        tx.put_retired_count(&self.db, id, None);
+        tx.put_retired_count(id, None);
         self.state.commit_index += 1;
         let response = DeleteStreamResponse {
             placement,
@@ -776,10 +776,10 @@ impl DiskGroupEngine {
             }
         }
         if self.state.buckets.remove(bucket) {
-            tx.delete_bucket(&self.db, bucket);
+            tx.delete_bucket(bucket);
         }
         if self.state.quotas.remove(bucket).is_some() {
-            tx.put_quota(&self.db, bucket, None);
+            tx.put_quota(bucket, None);
         }
         self.state.commit_index += 1;
         let response = PurgeBucketResponse {
@@ -805,10 +805,10 @@ impl DiskGroupEngine {
         let mut tx = Tx::default();
         if quota.is_unlimited() {
             self.state.quotas.remove(&request.bucket_id);
-            tx.put_quota(&self.db, &request.bucket_id, None);
+            tx.put_quota(&request.bucket_id, None);
         } else {
             self.state.quotas.insert(request.bucket_id.clone(), quota);
-            tx.put_quota(&self.db, &request.bucket_id, Some(&quota));
+            tx.put_quota(&request.bucket_id, Some(&quota));
         }
         self.state.commit_index += 1;
         let response = SetBucketQuotaResponse {

@@ -42,6 +42,7 @@ mod checkpoint;
 mod cold_ops;
 pub mod cold_paths;
 mod cold_worker;
+pub mod commit_record;
 mod db;
 mod integrity;
 pub mod keys;
@@ -180,6 +181,9 @@ pub struct DiskGroupEngine {
     /// the earlier one's future was dropped part-way and memory may hold changes never
     /// committed, so it is reloaded from disk.
     busy: bool,
+    /// A commit failed after its record may have reached the log, and memory, RocksDB and the
+    /// log could not be brought back in line yet: the next command does that first.
+    stale: bool,
 }
 
 impl std::fmt::Debug for DiskGroupEngine {
@@ -211,13 +215,14 @@ impl DiskGroupEngine {
         }
         options.validate().map_err(GroupError::Invalid)?;
         let dir = Self::state_dir(store, name);
-        let db = GroupDb::open(store.fs(), &dir)?;
-        let state = db.load()?;
         let payloads = PayloadLog::open(
             store,
             &format!("__group_{name}"),
             options.payload_log.clone(),
         )?;
+        let db = GroupDb::open(store.fs(), &dir, payloads.commit_end()?)?;
+        replay(&db, &payloads)?;
+        let state = db.load()?;
         Ok(Self {
             name: name.to_string(),
             db,
@@ -228,6 +233,7 @@ impl DiskGroupEngine {
             options,
             cold_ns: ColdNamespace::new(&store.id(), name),
             busy: false,
+            stale: false,
         })
     }
 
@@ -278,14 +284,14 @@ impl DiskGroupEngine {
     }
 
     /// Starts a command. Every command changes memory only in code without an `.await` between
-    /// the change and its commit (a synchronous RocksDB write), so a command whose future is
-    /// dropped at an await has committed nothing since its last commit; if one was, memory is
-    /// reloaded from what is durable before this command runs. Payload records it had already
-    /// appended are referenced by nothing and are reclaimed with their segments.
+    /// the change and its commit (a blocking log append, then a RocksDB write), so a command
+    /// whose future is dropped at an await has committed nothing since its last commit; if one
+    /// was, or if a commit failed part-way, memory is rebuilt from what is durable before this
+    /// command runs ([`Self::resync`]). Payload records it had already written are referenced
+    /// by nothing and are reclaimed with their segments.
     pub(crate) fn begin(&mut self) -> Result<(), GroupEngineError> {
-        if self.busy {
-            self.state = self.db.load()?;
-            self.durable_counters = self.counters();
+        if self.busy || self.stale {
+            self.resync()?;
         }
         self.busy = true;
         Ok(())
@@ -296,29 +302,49 @@ impl DiskGroupEngine {
         self.busy = false;
     }
 
-    /// Commits `tx` (with the counters) durably; on failure, reloads memory from disk so it
-    /// matches what is durable, and reports the error.
+    /// Brings RocksDB and memory in line with the log: makes everything written durable,
+    /// applies the commit records RocksDB lacks, and reloads memory.
+    fn resync(&mut self) -> Result<(), GroupError> {
+        self.stale = true;
+        crate::blocking::blocking(|| {
+            self.payloads.sync()?;
+            replay(&self.db, &self.payloads)
+        })?;
+        self.state = self.db.load()?;
+        self.durable_counters = self.counters();
+        self.stale = false;
+        Ok(())
+    }
+
+    /// Persists, then applies `tx` (with the counters): its commit record is appended to the
+    /// payload log and synced (one fdatasync, which also covers the command's payloads), then
+    /// RocksDB applies it without a sync of its own. On failure memory, RocksDB and the log
+    /// are brought back in line (now, or by the next command) and the error is reported.
     fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
         if tx.is_empty() && self.counters() == self.durable_counters {
             return Ok(());
         }
         for id in tx.take_dirty_streams() {
             if let Some(row) = self.state.streams.get_mut(&id) {
-                tx.put_stream(&self.db, &id, row);
+                tx.put_stream(&id, row);
                 row.snapshot_changed = false;
             }
         }
-        tx.put_counters(&self.db, &self.state);
-        match crate::blocking::blocking(|| self.db.commit(tx)) {
+        tx.put_counters(&self.state);
+        let persisted = crate::blocking::blocking(|| {
+            let record = tx.record()?;
+            let offset = self.payloads.commit(record, now_ms())?;
+            self.db.apply(record, offset + 1)
+        });
+        match persisted {
             Ok(()) => {
                 self.durable_counters = self.counters();
                 Ok(())
             }
             Err(e) => {
-                if let Ok(state) = self.db.load() {
-                    self.durable_counters = (state.commit_index, state.next_gc_seq);
-                    self.state = state;
-                }
+                // A failed resync leaves `stale` set: the next command retries it and reports
+                // its error.
+                self.stale = self.resync().is_err();
                 Err(e.into())
             }
         }
@@ -332,9 +358,46 @@ impl DiskGroupEngine {
     /// Writes the usage row of `bucket` into `tx`.
     fn save_usage(&self, tx: &mut Tx, bucket: &str) {
         if let Some(usage) = self.state.usage.get(bucket) {
-            tx.put_usage(&self.db, bucket, usage);
+            tx.put_usage(bucket, usage);
         }
     }
+}
+
+/// Applies the commit records past RocksDB's replay position: those RocksDB lost (applied without
+/// its WAL and not yet flushed when the power failed) or never got (a write that failed after
+/// the record was appended). Blocking; returns how many it applied.
+///
+/// A power cut can keep a commit record whose payloads, in other partitions, were lost: its
+/// sync never completed, so neither it nor any later record was acknowledged (an acknowledged
+/// record's sync covers every earlier payload). Replay stops at the first such record and
+/// durably moves the replay position past the end, so those records are never applied (their
+/// payload offsets will be reused).
+fn replay(db: &GroupDb, payloads: &PayloadLog) -> Result<u64, GroupError> {
+    let mut applied = 0;
+    let mut torn = false;
+    payloads.commit_records(db.replay_from()?, |offset, record| {
+        torn = torn || !payloads.holds_requirements(record)?;
+        if !torn {
+            db.apply(record, offset + 1)?;
+            applied += 1;
+        }
+        Ok(())
+    })?;
+    if torn {
+        db.apply(
+            commit_record::CommitRecord::default().as_bytes(),
+            payloads.commit_end()?,
+        )?;
+        db.flush()?;
+    }
+    Ok(applied)
+}
+
+/// Milliseconds since the Unix epoch (the timestamp of commit records).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// `StreamNotFound` for `id`.

@@ -1,12 +1,17 @@
 //! Stream payloads in segment partitions: every accepted append is one record (key = stream
 //! key, value = the bytes) in the partition its stream hashes to. Group state keeps, per append,
 //! the record's offset (a message row), so reads find their bytes without scanning.
+//!
+//! The same log holds the commit records (unkeyed, in [`COMMIT_PARTITION`]): payloads are
+//! written without waiting, and the command's commit record, appended after them and synced,
+//! makes both durable in one round (format/GROUP_STATE.md, "Commit protocol").
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use ursula_shard::BucketStreamId;
 
+use super::commit_record::COMMIT_PARTITION;
 use super::keys::stream_key;
 use super::GroupError;
 use crate::log::{Log, LogOptions, LogOwner};
@@ -44,7 +49,8 @@ impl PayloadLog {
         (hash % u64::from(PAYLOAD_PARTITIONS)) as u32
     }
 
-    /// Appends `payloads` of one stream as one batch; returns each record's offset once durable.
+    /// Writes `payloads` of one stream as one batch; returns each record's offset once written
+    /// (durable with the command's commit record).
     pub async fn append(
         &self,
         id: &BucketStreamId,
@@ -59,7 +65,8 @@ impl PayloadLog {
             .unwrap_or_default())
     }
 
-    /// Appends payloads of several streams in one durability round; offsets per item, in order.
+    /// Writes payloads of several streams (durable with the command's commit record); offsets
+    /// per item, in order.
     pub async fn append_many(
         &self,
         items: Vec<(BucketStreamId, u32, Vec<Bytes>)>,
@@ -82,7 +89,7 @@ impl PayloadLog {
         let mut ranges = if batches.is_empty() {
             Vec::new()
         } else {
-            self.log.append_many(batches).await?
+            self.log.append_many_unsynced(batches).await?
         }
         .into_iter();
         let mut out = Vec::with_capacity(counts.len());
@@ -97,6 +104,64 @@ impl PayloadLog {
             out.push((0..count as i64).map(|i| (first + i) as u64).collect());
         }
         Ok(out)
+    }
+
+    /// Appends a command's commit record and waits (leading the group commit when no one else
+    /// does) until it and every payload written before it are durable; returns its offset.
+    /// Blocking: call it through [`crate::blocking::blocking`].
+    pub fn commit(&self, record: &[u8], now_ms: u64) -> Result<u64, GroupError> {
+        let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let value = Bytes::copy_from_slice(record);
+        let (offset, _) = self
+            .log
+            .append_blocking(COMMIT_PARTITION, vec![NewRecord::value(timestamp, value)])?;
+        u64::try_from(offset).map_err(|_| GroupError::Corrupt(format!("commit offset {offset}")))
+    }
+
+    /// Makes everything written so far durable (blocking).
+    pub fn sync(&self) -> Result<(), GroupError> {
+        Ok(self.log.sync_blocking()?)
+    }
+
+    /// Whether every payload record `record` requires is in the log (each partition keeps a
+    /// prefix of what was written to it, so a record below the high-water mark is there).
+    pub fn holds_requirements(&self, record: &[u8]) -> Result<bool, GroupError> {
+        let mut holds = true;
+        super::commit_record::decode(record, |op| {
+            if let super::commit_record::Op::Requires { partition, offset } = op {
+                let high = self.log.high_water_mark(partition)?;
+                holds &= i64::try_from(offset).is_ok_and(|o| o < high);
+            }
+            Ok(())
+        })?;
+        Ok(holds)
+    }
+
+    /// The offset the next record of the commit partition gets.
+    pub fn commit_end(&self) -> Result<u64, GroupError> {
+        Ok(self.log.high_water_mark(COMMIT_PARTITION)?.max(0) as u64)
+    }
+
+    /// Calls `f(offset, record)` with every commit record at or after `from`, in order
+    /// (blocking). Payload records in between are skipped.
+    pub fn commit_records(
+        &self,
+        from: u64,
+        mut f: impl FnMut(u64, &[u8]) -> Result<(), GroupError>,
+    ) -> Result<(), GroupError> {
+        let low = self.log.low_water_mark(COMMIT_PARTITION)?;
+        let from = i64::try_from(from).unwrap_or(i64::MAX).max(low);
+        self.log
+            .visit(
+                COMMIT_PARTITION,
+                from,
+                i64::MAX,
+                &mut |record| match (record.key, record.value) {
+                    (None, Some(value)) => f(record.offset as u64, value),
+                    _ => Ok(()),
+                },
+            )?;
+        Ok(())
     }
 
     /// Records of `partition` from `log_offset` on, about `max_bytes` of batches.

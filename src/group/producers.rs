@@ -126,9 +126,8 @@ impl DiskGroupEngine {
             last_closed: last.closed,
             last_items: items.clone(),
         };
-        tx.put_producer(&self.db, id, &p.producer_id, &row, reset);
+        tx.put_producer(id, &p.producer_id, &row, reset);
         tx.put_receipt(
-            &self.db,
             id,
             &p.producer_id,
             p.producer_seq,

@@ -128,7 +128,7 @@ impl DiskGroupEngine {
         };
         let mut start = base;
         for (i, end) in ends.iter().enumerate() {
-            tx.put_record(&self.db, id, cursor.next + i as u64, start);
+            tx.put_record(id, cursor.next + i as u64, start);
             start = base + end;
         }
         cursor.next += ends.len() as u64;
@@ -243,7 +243,7 @@ impl DiskGroupEngine {
                 )
             })?
         };
-        tx.delete_records(&self.db, id, cursor.first, first, retained);
+        tx.delete_records(id, cursor.first, first, retained);
         if let Some(row) = self.state.streams.get_mut(id) {
             row.records = Some(RecordCursor {
                 first,

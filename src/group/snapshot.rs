@@ -237,18 +237,18 @@ impl DiskGroupEngine {
             ..GroupState::default()
         };
         let mut tx = Tx::default();
-        tx.clear_all(&self.db);
+        tx.clear_all();
         for b in &state.buckets {
-            tx.put_bucket(&self.db, b);
+            tx.put_bucket(b);
         }
         for e in &state.gc {
-            tx.put_gc(&self.db, e);
+            tx.put_gc(e);
         }
         for (b, u) in &state.usage {
-            tx.put_usage(&self.db, b, u);
+            tx.put_usage(b, u);
         }
         for (b, q) in &state.quotas {
-            tx.put_quota(&self.db, b, Some(q));
+            tx.put_quota(b, Some(q));
         }
         for ((entry, bounds), log_offsets) in snapshot.streams.into_iter().zip(pieces).zip(offsets)
         {
@@ -256,7 +256,7 @@ impl DiskGroupEngine {
             let retained = entry.retained_offset.unwrap_or(0);
             let hot_start = entry.hot_start_offset.max(retained);
             for segment in &entry.external_segments {
-                tx.put_external(&self.db, &id, segment);
+                tx.put_external(&id, segment);
             }
             let external_hot = entry
                 .external_segments
@@ -266,8 +266,8 @@ impl DiskGroupEngine {
                 .sum();
             for ((start, end), log_offset) in bounds.iter().zip(log_offsets) {
                 tx.put_message(
-                    &self.db,
                     &id,
+                    PayloadLog::partition_for(&id),
                     *start,
                     MessageRow {
                         end_offset: *end,
@@ -298,7 +298,7 @@ impl DiskGroupEngine {
             };
             if let (Some(index), Some(cursor)) = (&entry.record_index, row.records) {
                 for (i, start) in index.record_offsets().iter().enumerate() {
-                    tx.put_record(&self.db, &id, cursor.first + i as u64, *start);
+                    tx.put_record(&id, cursor.first + i as u64, *start);
                 }
             }
             for p in entry.producer_states {
@@ -310,7 +310,7 @@ impl DiskGroupEngine {
                     last_closed: p.last_closed,
                     last_items: p.last_items.clone(),
                 };
-                tx.put_producer(&self.db, &id, &p.producer_id, &head, false);
+                tx.put_producer(&id, &p.producer_id, &head, false);
                 let receipts = if p.receipts.is_empty() {
                     vec![ProducerReceipt {
                         producer_seq: p.producer_seq,
@@ -324,7 +324,6 @@ impl DiskGroupEngine {
                 };
                 for r in receipts {
                     tx.put_receipt(
-                        &self.db,
                         &id,
                         &p.producer_id,
                         r.producer_seq,
@@ -343,9 +342,9 @@ impl DiskGroupEngine {
                     .insert(p.producer_id, head);
             }
             for chunk in &row.cold_chunks {
-                tx.put_chunk(&self.db, &id, chunk);
+                tx.put_chunk(&id, chunk);
             }
-            tx.put_stream(&self.db, &id, &row);
+            tx.put_stream(&id, &row);
             state.streams.insert(id, row);
         }
         state.recount_shared_refs();

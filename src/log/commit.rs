@@ -121,6 +121,12 @@ impl GroupCommit {
         }
     }
 
+    /// Forgets the last failed round, once the journal has been healed (its frames written
+    /// and synced again): waiters up to it are then decided by the next round.
+    pub fn forget_failure(&self) {
+        self.lock().failed = None;
+    }
+
     /// Blocks until the journal is durable past `lsn`, leading rounds as needed.
     pub fn wait(&self, log: &LogInner, lsn: u64) -> StoreResult<()> {
         loop {

@@ -286,6 +286,15 @@ impl Log {
         Ok(ranges)
     }
 
+    /// Appends without waiting for durability: resolves to the offsets once the records are
+    /// written; they become durable with this log's next sync round (a later synced append or
+    /// [`Log::sync`]). For a layer whose own later record of this log is its point of
+    /// durability (the group engine's commit record), so one fsync covers both.
+    pub(crate) async fn append_many_unsynced(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
+        self.room_in_journal().await?;
+        Ok(self.write(items)?.0)
+    }
+
     /// [`Log::append`] for a blocking caller: the same work in the calling thread, which leads
     /// the group commit's sync when no other caller is (the fastest way to append from threads).
     pub fn append_blocking(
@@ -431,19 +440,42 @@ impl Log {
         writer.roll(p, 0)
     }
 
-    /// Makes everything appended so far durable (useful under `Durability::Interval`).
+    /// Makes everything appended so far durable (useful under `Durability::Interval`). After a
+    /// failed sync it first heals the journal, so the appends whose outcome was unknown become
+    /// durable now (or this fails too).
     pub async fn sync(&self) -> StoreResult<()> {
         if self.is_closed() {
             return Err(StoreError::Closed);
         }
-        let lsn = self
-            .inner
-            .journal
-            .as_ref()
-            .map(|j| j.lock().unwrap_or_else(|p| p.into_inner()).current.lsn());
-        match (lsn, &self.inner.commit) {
+        match (self.journal_lsn()?, &self.inner.commit) {
             (Some(lsn), Some(commit)) => commit.wait_async(&self.inner, lsn).await,
             _ => crate::blocking::blocking(|| self.inner.checkpoint()),
+        }
+    }
+
+    /// The journal position of everything appended so far (`None` without a journal), after
+    /// healing a journal whose last round failed: its unsynced frames are written and synced
+    /// again, so a sync that follows covers them (and the failure is forgotten).
+    fn journal_lsn(&self) -> StoreResult<Option<u64>> {
+        let Some(journal) = self.inner.journal.as_ref() else {
+            return Ok(None);
+        };
+        let mut journal = journal.lock().unwrap_or_else(|p| p.into_inner());
+        journal.heal()?;
+        if let Some(commit) = &self.inner.commit {
+            commit.forget_failure();
+        }
+        Ok(Some(journal.current.lsn()))
+    }
+
+    /// [`Log::sync`] for a blocking caller.
+    pub fn sync_blocking(&self) -> StoreResult<()> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        match (self.journal_lsn()?, &self.inner.commit) {
+            (Some(lsn), Some(commit)) => commit.wait(&self.inner, lsn),
+            _ => self.inner.checkpoint(),
         }
     }
 

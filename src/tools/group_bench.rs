@@ -4,8 +4,10 @@
 //!
 //! The RocksDB baseline keeps a stream the obvious way: its tail under `t/<stream>` and each
 //! append's bytes under `p/<stream>/<offset BE>`; an append reads the tail and writes both keys in
-//! one synced `WriteBatch`. Strata does strictly more per append (fsynced payload record, then a
-//! synced state batch with producer, usage, integrity and commit index), so the ratio prices that.
+//! one synced `WriteBatch`. Strata does more per append (payload record, commit record with the
+//! stream row, message row, producer, usage, integrity and commit index, one fdatasync of the
+//! payload log's journal, then the same changes into RocksDB without its WAL), so the ratio prices
+//! that.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

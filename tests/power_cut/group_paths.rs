@@ -64,7 +64,7 @@ pub struct GroupAcks {
     pub appended: BTreeMap<(usize, u64), Bytes>,
     /// Streams whose creation was acknowledged (and not deleted since, as far as acked).
     pub live: BTreeMap<usize, bool>,
-    /// Retained offset acknowledged per stream.
+    /// Retained offset per stream: acknowledged, or asked for by a command that failed.
     pub retained: BTreeMap<usize, u64>,
     /// Streams with a command whose outcome is unknown (it failed): their existence may go
     /// either way.
@@ -176,11 +176,13 @@ impl Runner<'_> {
             retained_offset: start,
             now_ms: self.now,
         };
+        // Bytes below `start` may go from here on: a command that fails may still have been
+        // applied (its commit record can survive the cut), and retention only moves forward.
+        self.acks.retained.insert(s, start);
         self.engine
             .advance_retention(retain, placement())
             .await
             .map_err(|e| format!("retention: {e}"))?;
-        self.acks.retained.insert(s, start);
         Ok(())
     }
 
@@ -222,10 +224,12 @@ impl Runner<'_> {
                 let r = DeleteStreamRequest {
                     stream_id: stream(s),
                 };
-                self.engine
-                    .delete_stream(r, p)
-                    .await
-                    .map_err(|e| format!("delete: {e}"))?;
+                match self.engine.delete_stream(r, p).await {
+                    Ok(_) => {}
+                    // An earlier delete whose outcome was unknown took effect.
+                    Err(e) if e.code() == Some(StreamErrorCode::StreamNotFound) => {}
+                    Err(e) => return Err(format!("delete: {e}")),
+                }
                 self.acks.live.insert(s, false);
                 self.acks.uncertain.remove(&s);
                 self.acks.appended.retain(|(x, _), _| *x != s);
