@@ -16,6 +16,7 @@ use ursula_stream::{
 use super::db::Tx;
 use super::integrity::{integrity_append, integrity_external};
 use super::lifecycle::validate_producer;
+use super::payload::PayloadLog;
 use super::producers::{producer_item, ProducerDecision};
 use super::records;
 use super::rows::MessageRow;
@@ -456,10 +457,14 @@ impl DiskGroupEngine {
                         })
                     })
                     .collect();
-                let items = self
+                // Memory already holds the items: a failed payload write must undo them.
+                match self
                     .independent_items(&mut tx, &id, inputs, placement)
-                    .await?;
-                Ok(GroupAppendBatchResponse { placement, items })
+                    .await
+                {
+                    Ok(items) => Ok(GroupAppendBatchResponse { placement, items }),
+                    Err(e) => return self.rollback(&tx, e),
+                }
             }
         };
         match result {
@@ -469,9 +474,9 @@ impl DiskGroupEngine {
     }
 
     /// Applies producer-less batch items one after the other (each sees the ones before it;
-    /// an item's error does not stop the rest), with one payload-log round for all of them: a
-    /// dry run on a scratch copy of memory finds the items that write, their payloads are
-    /// appended together, then the items are applied for real with those records.
+    /// an item's error does not stop the rest). The items that write are given the payload
+    /// offsets they will get (the engine is the payload log's only writer), and their payloads
+    /// are then written together, as one batch.
     async fn independent_items(
         &mut self,
         tx: &mut Tx,
@@ -479,37 +484,12 @@ impl DiskGroupEngine {
         inputs: Vec<Option<AppendInput>>,
         placement: ShardPlacement,
     ) -> Result<Vec<Result<AppendResponse, GroupEngineError>>, GroupEngineError> {
-        let saved = self.state.stash([id]);
-        let mut scratch = Tx::default();
-        let mut writes = Vec::with_capacity(inputs.len());
-        for input in &inputs {
-            let w = match input {
-                Some(input) => match self.plan_append(&mut scratch, input.clone()) {
-                    Ok(Ok(plan)) => self.apply_append(&mut scratch, plan, Some(0)).is_ok(),
-                    _ => false,
-                },
-                None => false,
-            };
-            writes.push(w);
-        }
-        self.state.restore(saved);
-        let payloads: Vec<Bytes> = inputs
-            .iter()
-            .zip(&writes)
-            .filter_map(|(input, w)| input.as_ref().filter(|_| *w).map(|i| i.payload.clone()))
-            .collect();
         let partition = self.state.streams.get(id).map_or(0, |r| r.partition);
+        let first = self.payloads.next_offset(partition)?;
         let now_ms = inputs.iter().flatten().next().map_or(0, |i| i.now_ms);
-        let mut offsets = if payloads.is_empty() {
-            Vec::new()
-        } else {
-            self.payloads
-                .append(id, partition, &payloads, now_ms)
-                .await?
-        }
-        .into_iter();
+        let mut payloads = Vec::new();
         let mut items = Vec::with_capacity(inputs.len());
-        for (input, w) in inputs.into_iter().zip(writes) {
+        for input in inputs {
             let Some(input) = input else {
                 items.push(Err(stream_error(
                     StreamErrorCode::EmptyAppend,
@@ -520,16 +500,24 @@ impl DiskGroupEngine {
             let item = match self.plan_append(tx, input) {
                 Err(e) => Err(e),
                 Ok(Err(answer)) => self.append_response(id, answer, placement),
-                Ok(Ok(plan)) => match (w, offsets.next()) {
-                    (true, Some(log_offset)) => self
-                        .apply_append(tx, plan, Some(log_offset))
-                        .and_then(|o| self.append_response(id, o, placement)),
-                    _ => Err(GroupEngineError::new(
-                        "append batch dry run disagreed with the real run",
-                    )),
-                },
+                Ok(Ok(plan)) => {
+                    let payload = plan.input.payload.clone();
+                    let log_offset = first + payloads.len() as u64;
+                    let applied = self.apply_append(tx, plan, Some(log_offset));
+                    if applied.is_ok() {
+                        payloads.push(payload);
+                    }
+                    applied.and_then(|o| self.append_response(id, o, placement))
+                }
             };
             items.push(item);
+        }
+        if !payloads.is_empty() {
+            let offsets = self
+                .payloads
+                .append(id, partition, &payloads, now_ms)
+                .await?;
+            PayloadLog::check_planned(first, offsets.first().copied())?;
         }
         Ok(items)
     }

@@ -137,7 +137,7 @@ impl DiskGroupEngine {
                     Some(tail),
                 ));
             }
-            if let Some(row) = self.state.streams.get_mut(&id) {
+            if let Some(mut row) = self.state.streams.get_mut(&id) {
                 row.visible_snapshot = Some(StreamVisibleSnapshot {
                     offset,
                     content_type: request.content_type.clone(),
@@ -320,7 +320,7 @@ impl DiskGroupEngine {
             }
             self.retain_records(&mut tx, &id, target)?;
             let mut dropped = Vec::new();
-            if let Some(row) = self.state.streams.get_mut(&id) {
+            if let Some(mut row) = self.state.streams.get_mut(&id) {
                 row.retained_offset = target;
                 row.cold_chunks.retain(|c| {
                     let keep = c.end_offset > target;

@@ -74,7 +74,7 @@ impl DiskGroupEngine {
             .filter(|e| e.start_offset >= hot_start)
             .map(|e| e.end_offset - e.start_offset)
             .sum();
-        if let Some(row) = self.state.streams.get_mut(id) {
+        if let Some(mut row) = self.state.streams.get_mut(id) {
             row.hot_start_offset = hot_start;
             row.external_hot = external_hot;
         }
@@ -303,7 +303,7 @@ impl DiskGroupEngine {
                 .entry(chunk.s3_path.clone())
                 .or_default() += 1;
         }
-        if let Some(row) = self.state.streams.get_mut(id) {
+        if let Some(mut row) = self.state.streams.get_mut(id) {
             row.cold_chunks.push(chunk);
             row.hot_start_offset = end;
         }
@@ -395,7 +395,7 @@ impl DiskGroupEngine {
             tx.delete_chunk(id, old.start_offset);
         }
         tx.put_chunk(id, &replacement);
-        if let Some(row) = self.state.streams.get_mut(id) {
+        if let Some(mut row) = self.state.streams.get_mut(id) {
             row.cold_chunks.splice(at..at + n, [replacement]);
         }
         self.save_stream(&mut tx, id);

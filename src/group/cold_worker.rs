@@ -351,7 +351,7 @@ impl DiskGroupEngine {
 
     fn reclaim_steps(&self) -> Result<u64, GroupEngineError> {
         let mut lowest: BTreeMap<u32, u64> = BTreeMap::new();
-        for (id, row) in &self.state.streams {
+        for (id, row) in self.state.streams.iter() {
             let from = row.hot_start_offset.max(row.retained_offset);
             if from >= row.metadata.tail_offset {
                 continue;

@@ -18,6 +18,7 @@ use super::rows::{
     UsageRow,
 };
 use super::state::GroupState;
+use super::streams::Streams;
 use super::GroupError;
 use crate::fs::{create_dir_durable, Fs};
 use crate::StoreError;
@@ -381,7 +382,7 @@ impl GroupDb {
             commit_index: self.meta_u64(META_COMMIT_INDEX)?,
             next_gc_seq: self.meta_u64(META_NEXT_GC_SEQ)?,
             buckets: BTreeSet::new(),
-            streams: HashMap::new(),
+            streams: Default::default(),
             producers: HashMap::new(),
             usage: BTreeMap::new(),
             quotas: BTreeMap::new(),
@@ -390,6 +391,7 @@ impl GroupDb {
             shared_refs: HashMap::new(),
             expiry_floor: u64::MAX,
         };
+        let mut rows: HashMap<BucketStreamId, StreamRow> = HashMap::new();
         self.scan(CF_BUCKETS, &[], &[], |k, _| {
             let bucket = String::from_utf8(k.to_vec())
                 .map_err(|_| GroupError::Corrupt("bucket key".into()))?;
@@ -399,14 +401,13 @@ impl GroupDb {
         self.scan(CF_STREAMS, &[], &[], |k, v| {
             let (id, _) =
                 decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("stream key".into()))?;
-            state.streams.insert(id, decode_row("stream", v)?);
+            rows.insert(id, decode_row("stream", v)?);
             Ok(true)
         })?;
         self.scan(CF_SNAPSHOTS, &[], &[], |k, v| {
             let (id, _) =
                 decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("snapshot key".into()))?;
-            let snapshot = state
-                .streams
+            let snapshot = rows
                 .get_mut(&id)
                 .and_then(|row| row.visible_snapshot.as_mut())
                 .ok_or_else(|| {
@@ -419,14 +420,13 @@ impl GroupDb {
             let (id, _) =
                 decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("cold chunk key".into()))?;
             let chunk: ursula_stream::ColdChunkRef = decode_row("cold chunk", v)?;
-            state
-                .streams
-                .get_mut(&id)
+            rows.get_mut(&id)
                 .ok_or_else(|| GroupError::Corrupt(format!("cold chunk of missing stream '{id}'")))?
                 .cold_chunks
                 .push(chunk);
             Ok(true)
         })?;
+        state.streams = Streams::from_rows(rows);
         self.scan(CF_PRODUCERS, &[], &[], |k, v| {
             let (id, rest) =
                 decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("producer key".into()))?;

@@ -652,7 +652,7 @@ impl DiskGroupEngine {
             if current.attrs == attrs {
                 return Ok(false);
             }
-            if let Some(row) = self.state.streams.get_mut(id) {
+            if let Some(mut row) = self.state.streams.get_mut(id) {
                 row.attrs = attrs;
             }
             self.save_stream(&mut tx, id);
@@ -690,7 +690,7 @@ impl DiskGroupEngine {
             }
             let mut changed = false;
             if renew && row.metadata.stream_ttl_seconds.is_some() {
-                if let Some(row) = self.state.streams.get_mut(id) {
+                if let Some(mut row) = self.state.streams.get_mut(id) {
                     let before = row.metadata.last_ttl_touch_at_ms;
                     renew_ttl(&mut row.metadata, now_ms);
                     changed = row.metadata.last_ttl_touch_at_ms != before;

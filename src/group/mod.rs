@@ -55,6 +55,7 @@ pub mod rows;
 mod seam;
 mod snapshot;
 mod state;
+mod streams;
 mod transaction;
 mod usage;
 mod verify;
@@ -283,11 +284,11 @@ impl DiskGroupEngine {
         (self.state.commit_index, self.state.next_gc_seq)
     }
 
-    /// Starts a command. Every command changes memory only in code without an `.await` between
-    /// the change and its commit (a blocking log append, then a RocksDB write), so a command
-    /// whose future is dropped at an await has committed nothing since its last commit; if one
-    /// was, or if a commit failed part-way, memory is rebuilt from what is durable before this
-    /// command runs ([`Self::resync`]). Payload records it had already written are referenced
+    /// Starts a command. A command commits (a blocking log append, then a RocksDB write) only
+    /// at its end, with no `.await` inside, so a command whose future is dropped at an await has
+    /// committed nothing since its last commit but may have changed memory; if one was, or if a
+    /// commit failed part-way, memory is rebuilt from what is durable before this command runs
+    /// ([`Self::resync`]). Payload records it had already written are referenced
     /// by nothing and are reclaimed with their segments.
     pub(crate) fn begin(&mut self) -> Result<(), GroupEngineError> {
         if self.busy || self.stale {
@@ -325,8 +326,8 @@ impl DiskGroupEngine {
             return Ok(());
         }
         for id in tx.take_dirty_streams() {
-            if let Some(row) = self.state.streams.get_mut(&id) {
-                tx.put_stream(&id, row);
+            if let Some(mut row) = self.state.streams.get_mut(&id) {
+                tx.put_stream(&id, &row);
                 row.snapshot_changed = false;
             }
         }

@@ -137,6 +137,23 @@ impl PayloadLog {
         Ok(holds)
     }
 
+    /// The offset the next payload record of `partition` gets (the engine is the log's only
+    /// writer, and its commands run one at a time, so a command can plan with it).
+    pub fn next_offset(&self, partition: u32) -> Result<u64, GroupError> {
+        let next = self.log.next_offset(partition)?;
+        u64::try_from(next).map_err(|_| GroupError::Corrupt(format!("next offset {next}")))
+    }
+
+    /// Checks that records written at `got` landed where a plan put them, at `planned`.
+    pub fn check_planned(planned: u64, got: Option<u64>) -> Result<(), GroupError> {
+        match got {
+            Some(got) if got == planned => Ok(()),
+            got => Err(GroupError::Corrupt(format!(
+                "payload records were planned at offset {planned} and written at {got:?}"
+            ))),
+        }
+    }
+
     /// The offset the next record of the commit partition gets.
     pub fn commit_end(&self) -> Result<u64, GroupError> {
         Ok(self.log.high_water_mark(COMMIT_PARTITION)?.max(0) as u64)

@@ -120,7 +120,7 @@ impl DiskGroupEngine {
         base: u64,
         ends: &[u64],
     ) {
-        let Some(row) = self.state.streams.get_mut(id) else {
+        let Some(mut row) = self.state.streams.get_mut(id) else {
             return;
         };
         let Some(cursor) = row.records.as_mut() else {
@@ -244,7 +244,7 @@ impl DiskGroupEngine {
             })?
         };
         tx.delete_records(id, cursor.first, first, retained);
-        if let Some(row) = self.state.streams.get_mut(id) {
+        if let Some(mut row) = self.state.streams.get_mut(id) {
             row.records = Some(RecordCursor {
                 first,
                 next: cursor.next,

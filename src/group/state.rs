@@ -8,6 +8,7 @@ use ursula_shard::BucketStreamId;
 use ursula_stream::{StreamMetadata, StreamStatus};
 
 use super::rows::{GcRow, ProducerRow, QuotaRow, StreamRow, UsageRow};
+use super::streams::Streams;
 
 /// Everything but messages and receipts, which stay on disk.
 #[derive(Debug, Clone, Default)]
@@ -19,7 +20,7 @@ pub(crate) struct GroupState {
     /// Buckets that exist.
     pub buckets: BTreeSet<String>,
     /// Live streams.
-    pub streams: HashMap<BucketStreamId, StreamRow>,
+    pub streams: Streams,
     /// Producer heads per stream.
     pub producers: HashMap<BucketStreamId, BTreeMap<String, ProducerRow>>,
     /// Per-bucket usage.
@@ -77,101 +78,7 @@ impl GroupState {
 
     /// Hot bytes of the whole group.
     pub fn group_hot_bytes(&self) -> u64 {
-        self.streams.values().map(Self::stream_hot_bytes).sum()
-    }
-}
-
-/// What appends to some streams can change in memory, saved so a dry run can be undone without
-/// copying the whole group (appends touch only their streams, their producers, their bucket's
-/// usage, the counters and, on expiry, the GC queue and retired counts).
-#[derive(Debug)]
-pub(crate) struct Stash {
-    streams: Vec<StreamStash>,
-    usage: Vec<(String, Option<UsageRow>)>,
-    shared_refs: Vec<(String, Option<u64>)>,
-    commit_index: u64,
-    next_gc_seq: u64,
-    gc_len: usize,
-}
-
-#[derive(Debug)]
-struct StreamStash {
-    id: BucketStreamId,
-    row: Option<StreamRow>,
-    producers: Option<BTreeMap<String, ProducerRow>>,
-    retired: Option<u64>,
-}
-
-impl GroupState {
-    /// Saves what appends to `ids` can change.
-    pub fn stash<'a>(&self, ids: impl IntoIterator<Item = &'a BucketStreamId>) -> Stash {
-        let mut streams: Vec<StreamStash> = Vec::new();
-        let mut usage: Vec<(String, Option<UsageRow>)> = Vec::new();
-        for id in ids {
-            if streams.iter().any(|s| &s.id == id) {
-                continue;
-            }
-            streams.push(StreamStash {
-                id: id.clone(),
-                row: self.streams.get(id).cloned(),
-                producers: self.producers.get(id).cloned(),
-                retired: self.retired_counts.get(id).copied(),
-            });
-            if !usage.iter().any(|(b, _)| *b == id.bucket_id) {
-                usage.push((id.bucket_id.clone(), self.usage.get(&id.bucket_id).copied()));
-            }
-        }
-        let mut shared_refs: Vec<(String, Option<u64>)> = Vec::new();
-        for s in &streams {
-            for chunk in s
-                .row
-                .iter()
-                .flat_map(|r| r.cold_chunks.iter())
-                .filter(|c| c.shared_object)
-            {
-                if !shared_refs.iter().any(|(p, _)| *p == chunk.s3_path) {
-                    shared_refs.push((
-                        chunk.s3_path.clone(),
-                        self.shared_refs.get(&chunk.s3_path).copied(),
-                    ));
-                }
-            }
-        }
-        Stash {
-            streams,
-            usage,
-            shared_refs,
-            commit_index: self.commit_index,
-            next_gc_seq: self.next_gc_seq,
-            gc_len: self.gc.len(),
-        }
-    }
-
-    /// Puts back what `stash` saved.
-    pub fn restore(&mut self, stash: Stash) {
-        fn put<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>, key: K, value: Option<V>) {
-            match value {
-                Some(v) => map.insert(key, v),
-                None => map.remove(&key),
-            };
-        }
-        for s in stash.streams {
-            put(&mut self.producers, s.id.clone(), s.producers);
-            put(&mut self.retired_counts, s.id.clone(), s.retired);
-            put(&mut self.streams, s.id, s.row);
-        }
-        for (bucket, usage) in stash.usage {
-            match usage {
-                Some(u) => self.usage.insert(bucket, u),
-                None => self.usage.remove(&bucket),
-            };
-        }
-        for (path, refs) in stash.shared_refs {
-            put(&mut self.shared_refs, path, refs);
-        }
-        self.commit_index = stash.commit_index;
-        self.next_gc_seq = stash.next_gc_seq;
-        self.gc.truncate(stash.gc_len);
+        self.streams.hot_bytes()
     }
 }
 

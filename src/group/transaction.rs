@@ -1,4 +1,9 @@
 //! Append transactions: appends to several streams of one bucket and affinity key, all or none.
+//! The operations are planned and applied in order (each sees the ones before it), with the
+//! payload offsets they will get; their payloads are then written in one log round and the whole
+//! transaction commits as one commit record.
+
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use ursula_runtime::{
@@ -9,6 +14,7 @@ use ursula_stream::StreamErrorCode;
 
 use super::append::{AppendInput, AppendOutcome};
 use super::db::Tx;
+use super::payload::PayloadLog;
 use super::{not_found, stream_error, DiskGroupEngine};
 
 impl DiskGroupEngine {
@@ -50,48 +56,23 @@ impl DiskGroupEngine {
             }
         }
         let inputs: Vec<AppendInput> = operations.into_iter().map(AppendInput::from).collect();
-        // Dry run on a scratch copy of memory: which operations write, and do all of them pass?
-        let ids: Vec<BucketStreamId> = inputs.iter().map(|i| i.stream_id.clone()).collect();
-        let saved = self.state.stash(&ids);
-        let dry = self.run_transaction(&inputs, None);
-        self.state.restore(saved);
-        let writes = dry?;
-        // Payloads of the writing operations, in one durability round.
-        let items: Vec<(BucketStreamId, u32, Vec<Bytes>)> = inputs
-            .iter()
-            .zip(&writes)
-            .map(|(input, writes)| {
-                let partition = self
-                    .state
-                    .streams
-                    .get(&input.stream_id)
-                    .map_or(0, |r| r.partition);
-                let payloads = if *writes {
-                    vec![input.payload.clone()]
-                } else {
-                    Vec::new()
-                };
-                (input.stream_id.clone(), partition, payloads)
-            })
-            .collect();
-        let now_ms = inputs.first().map_or(0, |i| i.now_ms);
-        let offsets = self.payloads.append_many(items, now_ms).await?;
-        let offsets: Vec<Option<u64>> = offsets.into_iter().map(|o| o.first().copied()).collect();
         let mut tx = Tx::default();
-        let saved = self.state.stash(&ids);
-        let applied = match self.run_transaction_into(&mut tx, &inputs, Some(&offsets)) {
+        let applied = match self.plan_transaction(&mut tx, &inputs) {
             Ok(applied) => applied,
-            Err(e) => {
-                self.state.restore(saved);
-                return Err(e);
-            }
+            Err(e) => return self.rollback(&tx, e),
         };
+        // Memory already holds the operations: a failed payload write must undo them.
+        let now_ms = inputs.first().map_or(0, |i| i.now_ms);
+        let written = self.write_planned(&applied, now_ms).await;
+        if let Err(e) = written {
+            return self.rollback(&tx, e);
+        }
         let group_hot = self.state.group_hot_bytes();
         let mut responses = Vec::with_capacity(applied.len());
-        for (input, (outcome, count, commit)) in inputs.iter().zip(applied) {
-            let mut response = self.append_response(&input.stream_id, outcome, placement)?;
-            response.stream_append_count = count;
-            response.group_commit_index = commit;
+        for (input, op) in inputs.iter().zip(applied) {
+            let mut response = self.append_response(&input.stream_id, op.outcome, placement)?;
+            response.stream_append_count = op.count;
+            response.group_commit_index = op.commit;
             response.group_hot_bytes = group_hot;
             responses.push(response);
         }
@@ -102,47 +83,37 @@ impl DiskGroupEngine {
         })
     }
 
-    /// Dry run of a transaction: which operations append bytes.
-    fn run_transaction(
-        &mut self,
-        inputs: &[AppendInput],
-        offsets: Option<&[Option<u64>]>,
-    ) -> Result<Vec<bool>, GroupEngineError> {
-        let mut scratch = Tx::default();
-        let applied = self.run_transaction_into(&mut scratch, inputs, offsets)?;
-        Ok(applied
-            .iter()
-            .map(|(o, _, _)| {
-                matches!(
-                    o,
-                    AppendOutcome::Appended {
-                        deduplicated: false,
-                        ..
-                    }
-                )
-            })
-            .collect())
-    }
-
-    /// Plans and applies each operation in order into `tx`; `offsets` are the payload records
-    /// (None in a dry run). Returns each outcome with the stream's append count and the commit
-    /// index right after it.
-    fn run_transaction_into(
+    /// Plans and applies the operations in order (each sees the ones before it); an operation
+    /// that writes is given the payload offset it will get in its stream's partition.
+    fn plan_transaction(
         &mut self,
         tx: &mut Tx,
         inputs: &[AppendInput],
-        offsets: Option<&[Option<u64>]>,
-    ) -> Result<Vec<(AppendOutcome, u64, u64)>, GroupEngineError> {
+    ) -> Result<Vec<TransactionOp>, GroupEngineError> {
+        let mut next: BTreeMap<u32, u64> = BTreeMap::new();
         let mut out = Vec::with_capacity(inputs.len());
-        for (i, input) in inputs.iter().enumerate() {
-            let outcome = match self.plan_append(tx, input.clone())? {
-                Err(answer) => answer,
+        for input in inputs {
+            let partition = self
+                .state
+                .streams
+                .get(&input.stream_id)
+                .map_or(0, |r| r.partition);
+            let (outcome, payload) = match self.plan_append(tx, input.clone())? {
+                Err(answer) => (answer, None),
+                Ok(plan) if plan.input.payload.is_empty() => {
+                    (self.apply_append(tx, plan, None)?, None)
+                }
                 Ok(plan) => {
-                    let log_offset = match offsets {
-                        Some(offsets) => offsets.get(i).copied().flatten(),
-                        None => (!plan.input.payload.is_empty()).then_some(0),
+                    let offset = match next.get(&partition) {
+                        Some(&offset) => offset,
+                        None => self.payloads.next_offset(partition)?,
                     };
-                    self.apply_append(tx, plan, log_offset)?
+                    next.insert(partition, offset + 1);
+                    let payload = plan.input.payload.clone();
+                    (
+                        self.apply_append(tx, plan, Some(offset))?,
+                        Some((offset, payload)),
+                    )
                 }
             };
             if matches!(outcome, AppendOutcome::Closed { .. }) {
@@ -155,8 +126,52 @@ impl DiskGroupEngine {
                 .streams
                 .get(&input.stream_id)
                 .map_or(0, |r| r.append_count);
-            out.push((outcome, count, self.state.commit_index));
+            out.push(TransactionOp {
+                id: input.stream_id.clone(),
+                partition,
+                outcome,
+                payload,
+                count,
+                commit: self.state.commit_index,
+            });
         }
         Ok(out)
     }
+
+    /// Writes the payloads of the planned operations (one log round, a batch per stream) and
+    /// checks each landed at its planned offset.
+    async fn write_planned(
+        &self,
+        ops: &[TransactionOp],
+        now_ms: u64,
+    ) -> Result<(), GroupEngineError> {
+        let items: Vec<(BucketStreamId, u32, Vec<Bytes>)> = ops
+            .iter()
+            .filter_map(|op| {
+                let (_, payload) = op.payload.as_ref()?;
+                Some((op.id.clone(), op.partition, vec![payload.clone()]))
+            })
+            .collect();
+        let planned: Vec<u64> = ops
+            .iter()
+            .filter_map(|op| op.payload.as_ref().map(|(offset, _)| *offset))
+            .collect();
+        let written = self.payloads.append_many(items, now_ms).await?;
+        for (offsets, planned) in written.iter().zip(planned) {
+            PayloadLog::check_planned(planned, offsets.first().copied())?;
+        }
+        Ok(())
+    }
+}
+
+/// One planned operation of a transaction.
+struct TransactionOp {
+    id: BucketStreamId,
+    partition: u32,
+    outcome: AppendOutcome,
+    /// The payload and the offset planned for it, when the operation writes.
+    payload: Option<(u64, Bytes)>,
+    /// The stream's append count and the commit index right after the operation.
+    count: u64,
+    commit: u64,
 }

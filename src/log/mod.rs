@@ -417,6 +417,12 @@ impl Log {
         Ok(self.partition(partition)?.high_water_mark())
     }
 
+    /// The offset the next record appended to `partition` gets (written records included, durable
+    /// or not). A layer that is its log's only writer can plan with it.
+    pub fn next_offset(&self, partition: u32) -> StoreResult<i64> {
+        Ok(self.partition(partition)?.lock_writer().next_offset)
+    }
+
     /// First retained offset of `partition`.
     pub fn low_water_mark(&self, partition: u32) -> StoreResult<i64> {
         Ok(self.partition(partition)?.low_water_mark())
