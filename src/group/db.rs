@@ -251,6 +251,39 @@ impl GroupDb {
         }
     }
 
+    /// The message rows of `id` that hold bytes of `[from, to)`, in offset order, with one
+    /// iterator: a seek to the row at or before `from`, then forward.
+    pub fn messages_covering(
+        &self,
+        id: &BucketStreamId,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, MessageRow)>, GroupError> {
+        let prefix = stream_key(id);
+        let mut iter = self.db.raw_iterator_cf(self.cf(CF_MESSAGES)?);
+        iter.seek_for_prev(super::keys::message_key(id, from));
+        if !iter.key().is_some_and(|k| k.starts_with(&prefix)) {
+            iter.seek(super::keys::message_key(id, from));
+        }
+        let mut out = Vec::new();
+        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let start = message_start(key, prefix.len())?;
+            if start >= to {
+                break;
+            }
+            let row = MessageRow::decode(value)?;
+            if row.end_offset > from {
+                out.push((start, row));
+            }
+            iter.next();
+        }
+        iter.status()?;
+        Ok(out)
+    }
+
     /// Message rows of `id` with start in `[from, to)`, in offset order.
     pub fn messages(
         &self,

@@ -181,18 +181,6 @@ impl PayloadLog {
         Ok(())
     }
 
-    /// Records of `partition` from `log_offset` on, about `max_bytes` of batches.
-    pub fn read_page(
-        &self,
-        partition: u32,
-        log_offset: u64,
-        max_bytes: usize,
-    ) -> Result<Vec<crate::segment::Record>, GroupError> {
-        let offset = i64::try_from(log_offset)
-            .map_err(|_| GroupError::Corrupt(format!("log offset {log_offset}")))?;
-        Ok(self.log.read(partition, offset, max_bytes)?.records)
-    }
-
     /// Deletes sealed segments no hot message references: `lowest` maps each partition to the
     /// lowest log offset still referenced (partitions absent reference nothing below their
     /// high-water mark). Returns the bytes freed.

@@ -1,7 +1,7 @@
 //! Reads: byte ranges of a stream stitched from cold chunks (object store) and hot records
 //! (segments), heads and attributes. Reads apply the TTL access rule first, as writes.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use ursula_runtime::{
     GetStreamAttrsRequest, GetStreamAttrsResponse, GroupEngineError, HeadStreamRequest,
     HeadStreamResponse, ReadStreamRequest, ReadStreamResponse,
@@ -10,7 +10,7 @@ use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{StreamErrorCode, StreamIntegritySnapshot, StreamRecordRange};
 
 use super::records;
-use super::rows::StreamRow;
+use super::rows::{MessageRow, StreamRow};
 use super::state::{is_closed, is_expired, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine, GroupError};
 
@@ -99,13 +99,13 @@ impl DiskGroupEngine {
             ));
         }
         let next_offset = tail.min(offset.saturating_add(max_len));
-        let payload = self.read_range(&id, &row, offset, next_offset).await?;
+        let payload = self.read_range_vec(&id, &row, offset, next_offset).await?;
         Ok(ReadStreamResponse {
             placement,
             offset,
             next_offset,
             content_type: row.metadata.content_type.clone(),
-            payload: payload.to_vec(),
+            payload,
             up_to_date: next_offset == tail,
             closed: is_closed(&row.metadata),
             retained_record_range: retained_records,
@@ -153,7 +153,18 @@ impl DiskGroupEngine {
         from: u64,
         to: u64,
     ) -> Result<Bytes, GroupEngineError> {
-        let mut out = BytesMut::with_capacity((to - from) as usize);
+        Ok(Bytes::from(self.read_range_vec(id, row, from, to).await?))
+    }
+
+    /// [`Self::read_range`] into a vector (what a read response carries), hot bytes copied once.
+    async fn read_range_vec(
+        &self,
+        id: &BucketStreamId,
+        row: &StreamRow,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<u8>, GroupEngineError> {
+        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
         let externals = crate::blocking::blocking(|| self.db.externals(id, from, to))?;
         let chunks = &row.cold_chunks;
         let mut cursor = from;
@@ -199,11 +210,10 @@ impl DiskGroupEngine {
                 .min()
                 .unwrap_or(to)
                 .min(to);
-            let bytes = crate::blocking::blocking(|| self.read_hot(id, row, cursor, next))?;
-            out.extend_from_slice(&bytes);
+            crate::blocking::blocking(|| self.read_hot_into(id, row, cursor, next, &mut out))?;
             cursor = next;
         }
-        Ok(out.freeze())
+        Ok(out)
     }
 
     /// The hot bytes `[from, to)` of a stream, from its payload records.
@@ -214,84 +224,64 @@ impl DiskGroupEngine {
         from: u64,
         to: u64,
     ) -> Result<Bytes, GroupEngineError> {
-        let mut out = BytesMut::with_capacity((to - from) as usize);
+        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
+        self.read_hot_into(id, row, from, to, &mut out)?;
+        Ok(Bytes::from(out))
+    }
+
+    /// Appends the hot bytes `[from, to)` of a stream to `out`: the message rows say which
+    /// payload records hold them, and the records are visited in place in the segments' mappings
+    /// (other streams' records in the partition are stepped over), so each byte is copied once.
+    pub(crate) fn read_hot_into(
+        &self,
+        id: &BucketStreamId,
+        row: &StreamRow,
+        from: u64,
+        to: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), GroupEngineError> {
         if from >= to {
-            return Ok(out.freeze());
+            return Ok(());
         }
-        let mut messages = Vec::new();
-        if let Some(first) = self.db.message_at_or_before(id, from)? {
-            if first.1.end_offset > from {
-                messages.push(first);
-            }
-        }
-        messages.extend(self.db.messages(id, from.saturating_add(1), to)?);
-        let mut cursor = from;
+        let messages = self.db.messages_covering(id, from, to)?;
         let key = super::keys::stream_key(id);
-        // Records come a page at a time: one log read serves every message whose record lies in
-        // it (other streams' records in the same partition are stepped over).
-        let mut page: std::collections::VecDeque<crate::segment::Record> = Default::default();
-        for (start, message) in messages {
-            if start > cursor {
-                return Err(missing_segment(id, to));
-            }
-            let want = message.log_offset as i64;
-            let record = loop {
-                while page.front().is_some_and(|r| r.offset < want) {
-                    page.pop_front();
-                }
-                match page.front() {
-                    Some(r) if r.offset == want => break page.pop_front(),
-                    Some(_) => break None,
-                    None => {
-                        let budget = ((to - cursor) as usize)
-                            .saturating_add(64 << 10)
-                            .min(4 << 20);
-                        page = self
-                            .payloads
-                            .read_page(row.partition, message.log_offset, budget)?
-                            .into();
-                        if page.is_empty() {
-                            break None;
-                        }
-                    }
-                }
+        let mut cursor = from;
+        let mut wanted = messages.iter().peekable();
+        let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
+            return Err(missing_segment(id, to));
+        };
+        let (low, high) = (first.1.log_offset as i64, last.1.log_offset as i64 + 1);
+        let mut visit = |record: crate::segment::RecordRef<'_>| -> Result<(), GroupError> {
+            let Some(&&(start, message)) = wanted.peek() else {
+                return Ok(());
             };
-            let record = record.ok_or_else(|| {
-                GroupError::Corrupt(format!(
-                    "payload record {} of partition {} (stream '{id}') is missing",
-                    message.log_offset, row.partition
-                ))
-            })?;
-            // A record of another stream at this offset would hand one tenant another's bytes.
-            if record.key.as_deref() != Some(&key[..]) {
-                return Err(GroupError::Corrupt(format!(
-                    "payload record {} of partition {} belongs to another stream than '{id}'",
-                    message.log_offset, row.partition
-                ))
-                .into());
+            if record.offset != message.log_offset as i64 {
+                return Ok(());
             }
-            let record = record.value.unwrap_or_default();
-            if record.len() as u64 != message.end_offset - start {
-                return Err(GroupError::Corrupt(format!(
-                    "payload record {} of stream '{id}' holds {} bytes, its message row says {}",
-                    message.log_offset,
-                    record.len(),
-                    message.end_offset - start
-                ))
-                .into());
+            wanted.next();
+            if start > cursor {
+                // A gap: nothing more is copied, and the read reports the missing bytes.
+                return Ok(());
             }
+            let value = check_payload(id, row, &key, start, &message, &record)?;
             let lo = (cursor - start) as usize;
             let hi = (to.min(message.end_offset) - start) as usize;
-            out.extend_from_slice(&record[lo..hi]);
+            out.extend_from_slice(&value[lo..hi]);
             cursor = start + hi as u64;
-            if cursor >= to {
-                break;
-            }
+            Ok(())
+        };
+        self.payloads.log().visit(row.partition, low, high, &mut visit)?;
+        if let Some((_, message)) = wanted.next() {
+            return Err(GroupError::Corrupt(format!(
+                "payload record {} of partition {} (stream '{id}') is missing",
+                message.log_offset, row.partition
+            ))
+            .into());
         }
         if cursor < to {
             return Err(missing_segment(id, to));
         }
-        Ok(out.freeze())
+        Ok(())
     }
 
     /// `head_stream`.
@@ -346,6 +336,35 @@ pub(crate) fn integrity_snapshot(row: &StreamRow) -> StreamIntegritySnapshot {
         evicted_records: 0,
         total_records: row.total_records,
     }
+}
+
+/// The bytes of the payload record a message row points to, once checked: the record must be
+/// the stream's (another stream's record would hand one tenant another's bytes) and hold exactly
+/// the row's bytes.
+fn check_payload<'a>(
+    id: &BucketStreamId,
+    row: &StreamRow,
+    key: &[u8],
+    start: u64,
+    message: &MessageRow,
+    record: &crate::segment::RecordRef<'a>,
+) -> Result<&'a [u8], GroupError> {
+    if record.key != Some(key) {
+        return Err(GroupError::Corrupt(format!(
+            "payload record {} of partition {} belongs to another stream than '{id}'",
+            message.log_offset, row.partition
+        )));
+    }
+    let value = record.value.unwrap_or_default();
+    if value.len() as u64 != message.end_offset - start {
+        return Err(GroupError::Corrupt(format!(
+            "payload record {} of stream '{id}' holds {} bytes, its message row says {}",
+            message.log_offset,
+            value.len(),
+            message.end_offset - start
+        )));
+    }
+    Ok(value)
 }
 
 fn missing_segment(id: &BucketStreamId, next_offset: u64) -> GroupEngineError {
