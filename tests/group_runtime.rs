@@ -68,6 +68,14 @@ async fn the_shard_runtime_drives_durable_groups() {
         assert_eq!(read.payload, format!("{i}:0;{i}:1;{i}:2;").into_bytes());
     }
     assert!(groups.len() > 1, "streams spread over several groups");
+    // Every command's commit reaches the runtime's metrics (the factory wires them).
+    let metrics = runtime.metrics().snapshot();
+    assert!(
+        metrics.wal_batches >= 16 * 4 && metrics.wal_sync_ns > 0,
+        "{} WAL batches, {} ns syncing",
+        metrics.wal_batches,
+        metrics.wal_sync_ns
+    );
     // One RocksDB group directory per touched raft group.
     let on_disk: HashSet<u32> = std::fs::read_dir(dir.path().join("groups"))
         .expect("groups dir")

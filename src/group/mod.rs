@@ -61,9 +61,10 @@ mod usage;
 mod verify;
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use ursula_runtime::GroupEngineError;
-use ursula_shard::BucketStreamId;
+use ursula_runtime::{GroupEngineError, GroupEngineMetrics};
+use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::StreamErrorCode;
 
 use crate::cold::{ColdError, ColdStore};
@@ -185,6 +186,8 @@ pub struct DiskGroupEngine {
     /// A commit failed after its record may have reached the log, and memory, RocksDB and the
     /// log could not be brought back in line yet: the next command does that first.
     stale: bool,
+    /// Where each commit is reported (ursula's runtime metrics), and as which placement.
+    metrics: Option<(GroupEngineMetrics, ShardPlacement)>,
 }
 
 impl std::fmt::Debug for DiskGroupEngine {
@@ -235,7 +238,15 @@ impl DiskGroupEngine {
             cold_ns: ColdNamespace::new(&store.id(), name),
             busy: false,
             stale: false,
+            metrics: None,
         })
+    }
+
+    /// Reports every commit to ursula's runtime metrics as one WAL batch of `placement`:
+    /// `sync_ns` is the commit record's append and fdatasync, `write_ns` applying it to RocksDB.
+    pub fn with_metrics(mut self, metrics: GroupEngineMetrics, placement: ShardPlacement) -> Self {
+        self.metrics = Some((metrics, placement));
+        self
     }
 
     /// Opens group `name` with the default cold store, a local directory `<root>/cold` (through
@@ -334,8 +345,16 @@ impl DiskGroupEngine {
         tx.put_counters(&self.state);
         let persisted = crate::blocking::blocking(|| {
             let record = tx.record()?;
+            let started = Instant::now();
             let offset = self.payloads.commit(record, now_ms())?;
-            self.db.apply(record, offset + 1)
+            let synced = Instant::now();
+            self.db.apply(record, offset + 1)?;
+            if let Some((metrics, placement)) = &self.metrics {
+                let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                let (sync, write) = (synced - started, synced.elapsed());
+                metrics.record_wal_batch(*placement, 1, nanos(write), nanos(sync));
+            }
+            Ok::<(), GroupError>(())
         });
         match persisted {
             Ok(()) => {

@@ -390,7 +390,7 @@ impl GroupEngineFactory for DiskGroupEngineFactory {
     fn create<'a>(
         &'a self,
         placement: ShardPlacement,
-        _metrics: GroupEngineMetrics,
+        metrics: GroupEngineMetrics,
     ) -> GroupEngineCreateFuture<'a> {
         Box::pin(async move {
             let group = placement.raft_group_id.0;
@@ -399,7 +399,8 @@ impl GroupEngineFactory for DiskGroupEngineFactory {
                 &format!("group-{group}"),
                 self.cold.clone(),
                 self.options.clone(),
-            )?;
+            )?
+            .with_metrics(metrics, placement);
             Ok(Box::new(engine) as Box<dyn GroupEngine>)
         })
     }
