@@ -90,9 +90,13 @@ fn encode_raw_key(kind: i16, role: &Role, member: &str) -> Bytes {
     out.freeze()
 }
 
-/// Encodes a record key.
+/// Encodes a record key. A lease key has an empty member whatever member the caller set (as the
+/// upstream codec writes it), so every lease key of a role is the same key.
 pub fn encode_key(key: &CoordinationKey) -> Bytes {
-    let member = key.member.as_ref().map_or("", MemberId::as_str);
+    let member = match key.kind {
+        RecordKind::Lease => "",
+        RecordKind::Registration => key.member.as_ref().map_or("", MemberId::as_str),
+    };
     encode_raw_key(key.kind.code(), &key.role, member)
 }
 
@@ -258,6 +262,16 @@ mod tests {
         assert!(decode_key(&trailing).is_err());
         let lease_with_member = encode_raw_key(1, &role("r"), "m");
         assert!(decode_key(&lease_with_member).is_err());
+        // A lease key the caller built with a member still encodes (and decodes) as the role's
+        // one lease key.
+        let mut with_member = CoordinationKey::lease(role("r"));
+        with_member.member = Some(MemberId::new("m").unwrap());
+        let encoded = encode_key(&with_member);
+        assert_eq!(encoded, encode_key(&CoordinationKey::lease(role("r"))));
+        assert_eq!(
+            decode_key(&encoded).unwrap(),
+            CoordinationKey::lease(role("r"))
+        );
         assert!(decode_key(&encode_raw_key(7, &role("r"), "")).is_err());
         let mut bad_version = key.to_vec();
         bad_version[1] = 1;

@@ -104,7 +104,7 @@ bounded_name!(
 bounded_name!(
     /// A member that may hold roles (1 to 249 bytes).
     MemberId,
-    "member",
+    "member id",
     MAX_MEMBER_ID_LEN
 );
 
@@ -290,6 +290,13 @@ mod tests {
             Role::new(&"r".repeat(250)),
             Err(RecordError::TooLong { length: 250, .. })
         ));
-        assert!(MemberId::new("").is_err());
+        assert_eq!(
+            MemberId::new(""),
+            Err(RecordError::Empty { field: "member id" })
+        );
+        assert_eq!(
+            MemberId::new(&"m".repeat(250)).map_err(|e| e.to_string()),
+            Err("member id is 250 bytes, longer than 249".to_string())
+        );
     }
 }

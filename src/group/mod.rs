@@ -1,16 +1,18 @@
 //! The `GroupEngine` seam (ursula-runtime 0.4.1) on durable state.
 //!
 //! - Group state (streams, producers and their receipts, buckets, quotas, usage, the cold
-//!   manifest and the cold-GC queue, the commit index) lives in RocksDB; every command is one
-//!   atomic, fsynced `WriteBatch` (format/GROUP_STATE.md).
+//!   manifest and the cold-GC queue, the commit index) lives in RocksDB. Every command is
+//!   persisted as one commit record in the payload log (one fdatasync, which also covers its
+//!   payloads), then applied to RocksDB as one atomic `WriteBatch` without RocksDB's WAL;
+//!   recovery replays the commit records RocksDB had not flushed (format/GROUP_STATE.md).
 //! - Stream payloads live in segment partitions of the group's payload log, one record per
-//!   append, written and fsynced before the state that references them.
+//!   append, written just before the commit record that references them.
 //! - Sealed prefixes move to the cold tier ([`crate::cold::ColdStore`]); external payloads stay
 //!   in the caller's object; reads stitch cold chunks, external segments and hot records.
 //!
 //! The engine keeps every small table in memory (loaded at open) and writes each change through
-//! to RocksDB. If a commit fails, the memory copy is reloaded from disk, so it never runs ahead
-//! of what is durable.
+//! to RocksDB. If a commit fails, the log is synced, RocksDB catches up with it and memory is
+//! reloaded, so memory never runs ahead of what is durable.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -29,7 +31,7 @@
 //! engine.create_stream(CreateStreamRequest::new(id.clone(), "text/plain"), p, none).await?;
 //! let mut append = AppendRequest::from_bytes(id.clone(), Bytes::from_static(b"order 1\n"));
 //! append.content_type = "text/plain".into();
-//! engine.append(append, p, none).await?; // durable: segment fsync, then a synced RocksDB batch
+//! engine.append(append, p, none).await?; // durable: one fdatasync of the payload log
 //! engine.flush_stream_cold(&id, 1 << 20, p).await?; // plan, upload a zstd object, commit it
 //! let read = ReadStreamRequest { stream_id: id, offset: 0, max_len: 1 << 20, now_ms: 0, record: None, max_records: None };
 //! assert_eq!(engine.read_stream(read, p).await?.payload, b"order 1\n"); // served from the cold tier
@@ -44,6 +46,7 @@ pub mod cold_paths;
 mod cold_worker;
 pub mod commit_record;
 mod db;
+mod error;
 mod integrity;
 pub mod keys;
 mod lifecycle;
@@ -67,14 +70,14 @@ use ursula_runtime::{GroupEngineError, GroupEngineMetrics};
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::StreamErrorCode;
 
-use crate::cold::{ColdError, ColdStore};
+use crate::cold::ColdStore;
 use crate::log::LogOptions;
 use crate::store::Store;
-use crate::StoreError;
 
 pub use cold_paths::ColdNamespace;
 pub use cold_worker::ColdGcReport;
 pub use db::GROUP_STATE_VERSION;
+pub use error::GroupError;
 pub use payload::PAYLOAD_PARTITIONS;
 pub use read::MAX_READ_BYTES;
 pub use seam::DiskGroupEngineFactory;
@@ -83,32 +86,6 @@ pub use verify::{GroupFinding, GroupVerifyReport};
 use db::{GroupDb, Tx};
 use payload::PayloadLog;
 use state::GroupState;
-
-/// Infrastructure errors under the seam (reported to callers as `GroupEngineError::Infra`).
-#[derive(Debug, thiserror::Error)]
-pub enum GroupError {
-    /// RocksDB failed.
-    #[error("group state database: {0}")]
-    Db(#[from] rocksdb::Error),
-    /// The segment store failed.
-    #[error("payload log: {0}")]
-    Store(#[from] StoreError),
-    /// The cold tier failed.
-    #[error("cold tier: {0}")]
-    Cold(#[from] ColdError),
-    /// Durable state failed validation.
-    #[error("corrupt group state: {0}")]
-    Corrupt(String),
-    /// The caller asked for something that cannot be opened or done.
-    #[error("invalid group request: {0}")]
-    Invalid(String),
-}
-
-impl From<GroupError> for GroupEngineError {
-    fn from(e: GroupError) -> Self {
-        GroupEngineError::new(e.to_string())
-    }
-}
 
 /// How a group engine is opened.
 #[derive(Debug, Clone)]
