@@ -41,27 +41,26 @@
 
 mod append;
 mod checkpoint;
-mod cold_ops;
-pub mod cold_paths;
-mod cold_worker;
-pub mod commit_record;
-mod db;
+mod cold_tier;
 mod error;
-mod integrity;
-pub mod keys;
 mod lifecycle;
-mod payload;
+mod persist;
 mod producers;
 mod read;
 mod records;
-pub mod rows;
 mod seam;
 mod snapshot;
 mod state;
-mod streams;
 mod transaction;
 mod usage;
 mod verify;
+
+// Short paths for the pieces the commands use (and the public codecs).
+pub use cold_tier::cold_paths;
+use cold_tier::cold_worker;
+pub use persist::{commit_record, keys, rows};
+use persist::{db, payload};
+use state::{integrity, streams};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

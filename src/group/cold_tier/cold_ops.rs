@@ -15,10 +15,10 @@ use ursula_stream::{
     ColdFlushCandidate, ColdGcEntry, ColdGcTarget, StreamErrorCode, StreamErrorContext,
 };
 
-use super::db::Tx;
-use super::rows::StreamRow;
-use super::state::{compare_ids, GroupState};
-use super::{not_found, stream_error, DiskGroupEngine};
+use crate::group::db::Tx;
+use crate::group::rows::StreamRow;
+use crate::group::state::{compare_ids, GroupState};
+use crate::group::{not_found, stream_error, DiskGroupEngine};
 
 fn stale(tail: u64, message: String) -> GroupEngineError {
     GroupEngineError::stream_with_context(

@@ -9,7 +9,7 @@ use ursula_stream::{
     StreamMetadata, StreamVisibleSnapshot,
 };
 
-use super::GroupError;
+use crate::group::GroupError;
 
 /// Row version byte written before every JSON row.
 pub const ROW_VERSION: u8 = 1;

@@ -6,8 +6,8 @@ use std::ops::{Deref, DerefMut};
 
 use ursula_shard::BucketStreamId;
 
-use super::rows::StreamRow;
-use super::state::GroupState;
+use crate::group::rows::StreamRow;
+use crate::group::state::GroupState;
 
 /// Stream rows by id; read through `Deref`, changed only through the methods below.
 #[derive(Debug, Default, Clone)]

@@ -12,9 +12,9 @@ use ursula_runtime::{
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{ColdChunkRef, ColdFlushCandidate, ColdGcTarget};
 
-use super::cold_paths::{created_at_ms, is_sweepable};
-use super::{not_found, DiskGroupEngine, GroupError};
 use crate::cold::{encode_cold_object, UploadGuard, COLD_OBJECT_SUFFIX};
+use crate::group::cold_paths::{created_at_ms, is_sweepable};
+use crate::group::{not_found, DiskGroupEngine, GroupError};
 
 /// What a GC pass reclaimed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -110,7 +110,7 @@ impl DiskGroupEngine {
     /// Uploads a candidate as a Strata cold object and returns its chunk reference
     /// (`object_size` of a Strata object is the decoded length: format/COLD_OBJECT.md). Until
     /// `flush_cold` references it, the object is protected from the orphan sweep only by the
-    /// sweep's grace period ([`super::GroupOptions::orphan_grace`]).
+    /// sweep's grace period ([`crate::group::GroupOptions::orphan_grace`]).
     pub async fn upload_candidate(
         &self,
         candidate: &ColdFlushCandidate,
@@ -298,7 +298,7 @@ impl DiskGroupEngine {
 
     /// Deletes this group's orphaned cold objects: Strata objects (and leftover temporary files
     /// of interrupted uploads) in the group's namespace that no chunk references and no GC
-    /// entry holds, named more than [`super::GroupOptions::orphan_grace`] ago, and not being
+    /// entry holds, named more than [`crate::group::GroupOptions::orphan_grace`] ago, and not being
     /// uploaded through this cold store. The grace period fences uploads in flight elsewhere (a
     /// runtime that uploads, then calls `flush_cold` later). Returns objects deleted.
     pub async fn sweep_orphan_objects(&mut self) -> Result<u64, GroupEngineError> {
@@ -374,7 +374,7 @@ impl DiskGroupEngine {
         let durable = self.db.replay_from()?;
         self.db.flush()?;
         let commits = lowest
-            .entry(super::commit_record::COMMIT_PARTITION)
+            .entry(crate::group::commit_record::COMMIT_PARTITION)
             .or_insert(durable);
         *commits = (*commits).min(durable);
         Ok(self.payloads.reclaim(&lowest)?)

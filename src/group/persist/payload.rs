@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use ursula_shard::BucketStreamId;
 
-use super::commit_record::COMMIT_PARTITION;
-use super::keys::stream_key;
-use super::GroupError;
+use crate::group::commit_record::COMMIT_PARTITION;
+use crate::group::keys::stream_key;
+use crate::group::GroupError;
 use crate::log::{Log, LogOptions, LogOwner};
 use crate::segment::NewRecord;
 use crate::store::Store;
@@ -127,8 +127,8 @@ impl PayloadLog {
     /// prefix of what was written to it, so a record below the high-water mark is there).
     pub fn holds_requirements(&self, record: &[u8]) -> Result<bool, GroupError> {
         let mut holds = true;
-        super::commit_record::decode(record, |op| {
-            if let super::commit_record::Op::Requires { partition, offset } = op {
+        crate::group::commit_record::decode(record, |op| {
+            if let crate::group::commit_record::Op::Requires { partition, offset } = op {
                 let high = self.log.high_water_mark(partition)?;
                 holds &= i64::try_from(offset).is_ok_and(|o| o < high);
             }

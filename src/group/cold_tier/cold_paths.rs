@@ -9,8 +9,8 @@
 
 use ursula_shard::BucketStreamId;
 
-use super::keys::stream_key;
 use crate::cold::{COLD_OBJECT_SUFFIX, TMP_MARK};
+use crate::group::keys::stream_key;
 
 /// The object namespace of one group.
 #[derive(Debug, Clone)]

@@ -11,16 +11,16 @@ use rocksdb::{
 };
 use ursula_shard::BucketStreamId;
 
-use super::commit_record::{self, CommitRecord, Op};
-use super::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
-use super::rows::{
+use crate::fs::{create_dir_durable, Fs};
+use crate::group::commit_record::{self, CommitRecord, Op};
+use crate::group::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
+use crate::group::rows::{
     decode_row, encode_row, GcRow, MessageRow, ProducerRow, QuotaRow, ReceiptRow, StreamRow,
     UsageRow,
 };
-use super::state::GroupState;
-use super::streams::Streams;
-use super::GroupError;
-use crate::fs::{create_dir_durable, Fs};
+use crate::group::state::GroupState;
+use crate::group::streams::Streams;
+use crate::group::GroupError;
 use crate::StoreError;
 
 /// Version of the group-state layout; stored under `meta/format_version`. Versions 1 (checkpoint
@@ -231,7 +231,7 @@ impl GroupDb {
         offset: u64,
     ) -> Result<Option<(u64, MessageRow)>, GroupError> {
         let prefix = stream_key(id);
-        let key = super::keys::message_key(id, offset);
+        let key = crate::group::keys::message_key(id, offset);
         let mut iter = self.db.iterator_cf(
             self.cf(CF_MESSAGES)?,
             IteratorMode::From(&key, Direction::Reverse),
@@ -261,9 +261,9 @@ impl GroupDb {
     ) -> Result<Vec<(u64, MessageRow)>, GroupError> {
         let prefix = stream_key(id);
         let mut iter = self.db.raw_iterator_cf(self.cf(CF_MESSAGES)?);
-        iter.seek_for_prev(super::keys::message_key(id, from));
+        iter.seek_for_prev(crate::group::keys::message_key(id, from));
         if !iter.key().is_some_and(|k| k.starts_with(&prefix)) {
-            iter.seek(super::keys::message_key(id, from));
+            iter.seek(crate::group::keys::message_key(id, from));
         }
         let mut out = Vec::new();
         while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
@@ -296,7 +296,7 @@ impl GroupDb {
         self.scan(
             CF_MESSAGES,
             &prefix,
-            &super::keys::message_key(id, from),
+            &crate::group::keys::message_key(id, from),
             |k, v| {
                 let start = message_start(k, prefix.len())?;
                 if start >= to {
@@ -315,16 +315,19 @@ impl GroupDb {
         id: &BucketStreamId,
         ordinal: u64,
     ) -> Result<Option<u64>, GroupError> {
-        self.get(CF_RECORDS, &super::keys::message_key(id, ordinal))?
+        self.get(CF_RECORDS, &crate::group::keys::message_key(id, ordinal))?
             .map(|v| be_u64(&v, "record row"))
             .transpose()
     }
 
     /// Ordinal of the JSON record of `id` that starts at `offset`.
     pub fn record_at(&self, id: &BucketStreamId, offset: u64) -> Result<Option<u64>, GroupError> {
-        self.get(CF_RECORD_OFFSETS, &super::keys::message_key(id, offset))?
-            .map(|v| be_u64(&v, "record offset row"))
-            .transpose()
+        self.get(
+            CF_RECORD_OFFSETS,
+            &crate::group::keys::message_key(id, offset),
+        )?
+        .map(|v| be_u64(&v, "record offset row"))
+        .transpose()
     }
 
     /// Start offsets of the JSON records of `id` from ordinal `from`, in order.
@@ -334,7 +337,7 @@ impl GroupDb {
         self.scan(
             CF_RECORDS,
             &prefix,
-            &super::keys::message_key(id, from),
+            &crate::group::keys::message_key(id, from),
             |_, v| {
                 out.push(be_u64(v, "record row")?);
                 Ok(true)
@@ -352,7 +355,7 @@ impl GroupDb {
     ) -> Result<Vec<ursula_stream::ObjectPayloadRef>, GroupError> {
         let prefix = stream_key(id);
         let mut out: Vec<ursula_stream::ObjectPayloadRef> = Vec::new();
-        let key = super::keys::message_key(id, from);
+        let key = crate::group::keys::message_key(id, from);
         let mut iter = self.db.iterator_cf(
             self.cf(CF_EXTERNAL)?,
             IteratorMode::From(&key, Direction::Reverse),
@@ -384,9 +387,12 @@ impl GroupDb {
         producer: &str,
         seq: u64,
     ) -> Result<Option<ReceiptRow>, GroupError> {
-        self.get(CF_RECEIPTS, &super::keys::receipt_key(id, producer, seq))?
-            .map(|v| decode_row("receipt", &v))
-            .transpose()
+        self.get(
+            CF_RECEIPTS,
+            &crate::group::keys::receipt_key(id, producer, seq),
+        )?
+        .map(|v| decode_row("receipt", &v))
+        .transpose()
     }
 
     /// Every receipt of a producer, in sequence order.
@@ -395,7 +401,7 @@ impl GroupDb {
         id: &BucketStreamId,
         producer: &str,
     ) -> Result<Vec<(u64, ReceiptRow)>, GroupError> {
-        let prefix = super::keys::producer_key(id, producer);
+        let prefix = crate::group::keys::producer_key(id, producer);
         let mut out = Vec::new();
         self.scan(CF_RECEIPTS, &prefix, &prefix, |k, v| {
             let seq = k
@@ -628,7 +634,7 @@ impl Tx {
     pub fn put_chunk(&mut self, id: &BucketStreamId, chunk: &ursula_stream::ColdChunkRef) {
         self.put_json(
             CF_COLD_CHUNKS,
-            &super::keys::message_key(id, chunk.start_offset),
+            &crate::group::keys::message_key(id, chunk.start_offset),
             chunk,
         );
     }
@@ -637,12 +643,12 @@ impl Tx {
     pub fn put_record(&mut self, id: &BucketStreamId, ordinal: u64, start: u64) {
         self.put_raw(
             CF_RECORDS,
-            &super::keys::message_key(id, ordinal),
+            &crate::group::keys::message_key(id, ordinal),
             &start.to_be_bytes(),
         );
         self.put_raw(
             CF_RECORD_OFFSETS,
-            &super::keys::message_key(id, start),
+            &crate::group::keys::message_key(id, start),
             &ordinal.to_be_bytes(),
         );
     }
@@ -652,8 +658,8 @@ impl Tx {
         for (cf, from, to) in [(CF_RECORDS, first, end), (CF_RECORD_OFFSETS, 0, below)] {
             self.delete_range(
                 cf,
-                super::keys::message_key(id, from),
-                super::keys::message_key(id, to),
+                crate::group::keys::message_key(id, from),
+                crate::group::keys::message_key(id, to),
             );
         }
     }
@@ -662,7 +668,7 @@ impl Tx {
     pub fn put_external(&mut self, id: &BucketStreamId, segment: &ursula_stream::ObjectPayloadRef) {
         self.put_json(
             CF_EXTERNAL,
-            &super::keys::message_key(id, segment.start_offset),
+            &crate::group::keys::message_key(id, segment.start_offset),
             segment,
         );
     }
@@ -671,14 +677,14 @@ impl Tx {
     pub fn delete_externals(&mut self, id: &BucketStreamId, from: u64, to: u64) {
         self.delete_range(
             CF_EXTERNAL,
-            super::keys::message_key(id, from),
-            super::keys::message_key(id, to),
+            crate::group::keys::message_key(id, from),
+            crate::group::keys::message_key(id, to),
         )
     }
 
     /// Removes the cold chunk row starting at `start`.
     pub fn delete_chunk(&mut self, id: &BucketStreamId, start: u64) {
-        self.delete_raw(CF_COLD_CHUNKS, &super::keys::message_key(id, start));
+        self.delete_raw(CF_COLD_CHUNKS, &crate::group::keys::message_key(id, start));
     }
 
     /// The encoded commit record, or the first error met while building it.
@@ -721,7 +727,7 @@ impl Tx {
         });
         self.put_raw(
             CF_MESSAGES,
-            &super::keys::message_key(id, start),
+            &crate::group::keys::message_key(id, start),
             &row.encode(),
         );
     }
@@ -743,8 +749,8 @@ impl Tx {
         if let (Some(first), Some(last)) = (below.first(), below.last()) {
             self.delete_range(
                 CF_MESSAGES,
-                super::keys::message_key(id, *first),
-                super::keys::message_key(id, last + 1),
+                crate::group::keys::message_key(id, *first),
+                crate::group::keys::message_key(id, last + 1),
             );
         }
         Ok(())
@@ -758,7 +764,7 @@ impl Tx {
         row: &ProducerRow,
         reset: bool,
     ) {
-        let key = super::keys::producer_key(id, producer);
+        let key = crate::group::keys::producer_key(id, producer);
         if reset {
             self.delete_prefix(CF_RECEIPTS, &key);
         }
@@ -769,7 +775,7 @@ impl Tx {
     pub fn put_receipt(&mut self, id: &BucketStreamId, producer: &str, seq: u64, row: &ReceiptRow) {
         self.put_json(
             CF_RECEIPTS,
-            &super::keys::receipt_key(id, producer, seq),
+            &crate::group::keys::receipt_key(id, producer, seq),
             row,
         );
     }

@@ -1,14 +1,17 @@
 //! The group state held in memory: every small table of the database (streams, producers,
 //! buckets, usage, quotas, the cold-GC queue and the counters), loaded at open and kept equal to
-//! the durable rows by writing each change through a [`super::db::Tx`].
+//! the durable rows by writing each change through a [`crate::group::db::Tx`].
+
+pub mod integrity;
+pub mod streams;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use ursula_shard::BucketStreamId;
 use ursula_stream::{StreamMetadata, StreamStatus};
 
-use super::rows::{GcRow, ProducerRow, QuotaRow, StreamRow, UsageRow};
-use super::streams::Streams;
+use crate::group::rows::{GcRow, ProducerRow, QuotaRow, StreamRow, UsageRow};
+use crate::group::streams::Streams;
 
 /// Everything but messages and receipts, which stay on disk.
 #[derive(Debug, Clone, Default)]

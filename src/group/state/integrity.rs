@@ -4,8 +4,8 @@
 
 use ursula_shard::BucketStreamId;
 
-use super::rows::StreamRow;
-use super::GroupError;
+use crate::group::rows::StreamRow;
+use crate::group::GroupError;
 
 /// Records one accepted inline append in the integrity setsums.
 pub(crate) fn integrity_append(

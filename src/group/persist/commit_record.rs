@@ -7,7 +7,7 @@
 //! last one RocksDB holds. Decoding is pure and checks every length, so a damaged record is a
 //! typed error, never a panic.
 
-use super::GroupError;
+use crate::group::GroupError;
 
 /// Version byte that starts every commit record.
 pub const COMMIT_RECORD_VERSION: u8 = 1;
