@@ -81,6 +81,9 @@ pub enum StoreError {
     /// Options, names or arguments that cannot be honoured.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// Writing a tool's output (not the store) failed, e.g. a closed pipe.
+    #[error("writing the output: {0}")]
+    Output(std::io::Error),
     /// A range read asked past what the partition holds.
     #[error("partition {partition} ends at {high_water_mark}, before {end}")]
     RangePastEnd {

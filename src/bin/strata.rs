@@ -14,6 +14,40 @@ use strata::event_log::{DiskEventLog, KeyedEvent, MetadataEventLog, PartitionSta
 use strata::log::CompactionPolicy;
 use strata::{LogOptions, Store};
 
+/// Writes one line to stdout (see [`emit`]).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        emit(format_args!($($arg)*))
+    };
+}
+
+/// Writes one line to stdout. A closed stdout (`strata inspect DIR | head`) ends the command
+/// quietly; any other output error ends it with a message naming the output, not the store.
+fn emit(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        output_failed(&e);
+    }
+}
+
+/// Ends the process after the output failed (see [`emit`]).
+fn output_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("strata: writing the output: {e}");
+    std::process::exit(1);
+}
+
+/// A tool's result as the command line reports it (output failures end the process).
+fn tool_result(result: Result<(), strata::StoreError>) -> Result<(), String> {
+    match result {
+        Err(strata::StoreError::Output(e)) => output_failed(&e),
+        result => result.map_err(|e| e.to_string()),
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "strata",
@@ -100,11 +134,11 @@ fn main() -> ExitCode {
             passes,
         } => bench(dir, records, only.as_deref(), passes),
         Command::Inspect { dir } => {
-            strata::tools::inspect_store(&dir, &mut std::io::stdout()).map_err(|e| e.to_string())
+            tool_result(strata::tools::inspect_store(&dir, &mut std::io::stdout()))
         }
         Command::Verify { dir, cold } => verify(&dir, cold.as_deref()),
         Command::Dump { segment } => {
-            strata::tools::dump_segment(&segment, &mut std::io::stdout()).map_err(|e| e.to_string())
+            tool_result(strata::tools::dump_segment(&segment, &mut std::io::stdout()))
         }
         Command::Compact { dir, log } => compact(&dir, &log),
     };
@@ -127,13 +161,13 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn verify(dir: &std::path::Path, cold: Option<&str>) -> Result<(), String> {
     let report = strata::tools::verify_store(dir).map_err(|e| e.to_string())?;
     let groups = runtime()?.block_on(verify_groups(dir, cold))?;
-    println!(
+    say!(
         "verified {} segment(s): {} batch(es), {} record(s)",
         report.segments, report.batches, report.records
     );
     for f in &report.findings {
         let kind = if f.corrupt { "CORRUPT" } else { "note" };
-        println!(
+        say!(
             "{kind}: {} at byte {}: {}",
             f.file.display(),
             f.offset,
@@ -142,7 +176,7 @@ fn verify(dir: &std::path::Path, cold: Option<&str>) -> Result<(), String> {
     }
     let corrupt = report.findings.iter().filter(|f| f.corrupt).count() + groups;
     if corrupt == 0 {
-        println!("ok");
+        say!("ok");
         Ok(())
     } else {
         Err(format!("{corrupt} corrupt structure(s) found"))
@@ -176,12 +210,12 @@ async fn verify_groups(dir: &std::path::Path, cold: Option<&str>) -> Result<usiz
             DiskGroupEngine::open(&store, &name, cold_store.clone(), GroupOptions::default())
                 .map_err(|e| format!("group {name}: {e}"))?;
         let report = engine.verify().await;
-        println!(
+        say!(
             "verified group {name}: {} stream(s), {} hot byte(s), {} cold object(s)",
             report.streams, report.hot_bytes, report.cold_objects
         );
         for f in &report.findings {
-            println!(
+            say!(
                 "CORRUPT: group {name}, stream {} at {}: {}",
                 f.stream, f.at, f.problem
             );
@@ -204,7 +238,7 @@ fn compact(dir: &std::path::Path, name: &str) -> Result<(), String> {
     let report = log
         .compact_blocking(strata::now_ms())
         .map_err(|e| e.to_string())?;
-    println!(
+    say!(
         "compacted {name}: {} record(s) removed, {} segment(s) rewritten, {} removed, {} -> {} bytes",
         report.records_removed, report.segments_rewritten, report.segments_removed, report.bytes_before, report.bytes_after
     );
@@ -235,14 +269,14 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
         },
         ..LogOptions::default()
     };
-    println!("strata demo: store at {}", dir.display());
+    say!("strata demo: store at {}", dir.display());
     let store = Store::open(&dir).map_err(err)?;
     let log = store
         .open_log("demo", PARTITIONS, options.clone())
         .map_err(err)?;
     let events_log = Arc::new(DiskEventLog::new(log.clone()));
     let before = events_log.high_water_marks().await.map_err(merr)?;
-    println!(
+    say!(
         "opened log \"demo\" with {PARTITIONS} partitions; {} record(s) already stored",
         before.iter().sum::<i64>()
     );
@@ -294,7 +328,7 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
     }
     let publish_time = started.elapsed();
     progress.finish();
-    println!(
+    say!(
         "published {events} keyed events with {publishers} publishers in {:.2?}: {:.0} events/s, each durable (fdatasync, group commit)",
         publish_time,
         events as f64 / publish_time.as_secs_f64().max(1e-9)
@@ -309,7 +343,7 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
         })
         .collect();
     let offsets = events_log.publish_keyed_group(group).await.map_err(merr)?;
-    println!(
+    say!(
         "published a group of {} tombstones in one round trip at offsets {offsets:?}",
         offsets.len()
     );
@@ -318,7 +352,7 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
         .await
         .map_err(|_| "the subscriber did not catch up within 60 s".to_string())?
         .map_err(|e| e.to_string())?;
-    println!(
+    say!(
         "subscriber received {} of {events} events, replayed live in publish order",
         delivered.load(Ordering::Relaxed)
     );
@@ -329,7 +363,7 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
     let compaction_started = Instant::now();
     let report = log.compact(strata::now_ms()).await.map_err(err)?;
     spinner.finish_and_clear();
-    println!(
+    say!(
         "compaction in {:.2?}: removed {} superseded record(s), {} -> {} bytes in the cleaned segments",
         compaction_started.elapsed(),
         report.records_removed,
@@ -351,7 +385,7 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
             .await
             .map_err(merr)?;
     }
-    println!(
+    say!(
         "visit_range over every partition: {visited} retained record(s) in {:.2?} (at most one 1 MiB page in memory)",
         read_started.elapsed()
     );
@@ -371,7 +405,7 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
             "after reopen the high-water marks are {reopened:?}, expected {highs:?}"
         ));
     }
-    println!("reopened the store: high-water marks {reopened:?} survived");
+    say!("reopened the store: high-water marks {reopened:?} survived");
     log.close().await.map_err(err)?;
     demo_group(&store, events).await
 }
@@ -402,7 +436,7 @@ async fn demo_group(store: &Store, appends: usize) -> Result<(), String> {
     let mut create = CreateStreamRequest::new(id.clone(), ct);
     create.now_ms = now;
     let created = engine.create_stream(create, p, none).await.map_err(e)?;
-    println!(
+    say!(
         "\ngroup engine: stream {id} {} (tail {}), state in {}, cold objects in {}",
         if created.already_exists {
             "reopened"
@@ -434,7 +468,7 @@ async fn demo_group(store: &Store, appends: usize) -> Result<(), String> {
     }
     progress.finish();
     let elapsed = started.elapsed();
-    println!(
+    say!(
         "appended {appends} orders in batches of 100 in {elapsed:.2?}: {:.0} appends/s, each batch one fsynced payload record set and one synced RocksDB batch",
         appends as f64 / elapsed.as_secs_f64().max(1e-9)
     );
@@ -452,7 +486,7 @@ async fn demo_group(store: &Store, appends: usize) -> Result<(), String> {
     once.producer = Some(producer);
     let first = engine.append(once.clone(), p, none).await.map_err(e)?;
     let retry = engine.append(once, p, none).await.map_err(e)?;
-    println!(
+    say!(
         "producer append at {}..{}; its retry was deduplicated: {} (same offsets {}..{})",
         first.start_offset,
         first.next_offset,
@@ -473,7 +507,7 @@ async fn demo_group(store: &Store, appends: usize) -> Result<(), String> {
         objects += 1;
     }
     let elapsed = started.elapsed();
-    println!(
+    say!(
         "flushed {hot} hot bytes to {objects} zstd cold object(s) in {elapsed:.2?} ({:.1} MB/s); hot bytes now {}",
         hot as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9),
         engine.hot_bytes()
@@ -504,7 +538,7 @@ async fn demo_group(store: &Store, appends: usize) -> Result<(), String> {
         read += page.payload.len();
         offset = page.next_offset;
     }
-    println!(
+    say!(
         "read {read} bytes back across the cold and hot tiers in {:.2?}",
         started.elapsed()
     );
@@ -530,12 +564,12 @@ async fn demo_group(store: &Store, appends: usize) -> Result<(), String> {
         .await
         .map_err(e)?;
     let gc = engine.run_cold_gc(now, 1024, p).await.map_err(e)?;
-    println!(
+    say!(
         "checkpoint at {} and retention up to it; cold GC reclaimed {} object(s) from {} queue entr(ies)",
         retained.retained_offset, gc.objects, gc.entries
     );
     for usage in engine.bucket_usage(p).await.map_err(e)? {
-        println!(
+        say!(
             "usage of bucket {}: {} committed bytes, {} records, {} write units, {} retained bytes, {} stream(s)",
             usage.bucket_id,
             usage.usage.committed_append_bytes,
@@ -598,7 +632,7 @@ fn bench(
     let (log, group, flush) = results?;
     print_comparisons(log.iter().chain(&group));
     let Some(flush) = flush else { return Ok(()) };
-    println!(
+    say!(
         "{:>7}  {:<46} {:>8} objs {:>8.1} MB/s ({} bytes in {:?}; no RocksDB counterpart)",
         "-",
         "flush to the local cold store",
@@ -612,14 +646,14 @@ fn bench(
 
 /// Prints ratios first, then each engine's rate, then Sync append latencies.
 fn print_comparisons<'a>(rows: impl Iterator<Item = &'a strata::tools::bench::Comparison>) {
-    println!("Strata vs RocksDB, same work, same run (speedup = RocksDB time / Strata time)");
-    println!(
+    say!("Strata vs RocksDB, same work, same run (speedup = RocksDB time / Strata time)");
+    say!(
         "{:>7}  {:<46} {:>8} {:>14} {:>14} {:>9}",
         "speedup", "workload", "ops", "strata ops/s", "rocksdb ops/s", "strata MB/s"
     );
     let rows: Vec<_> = rows.collect();
     for c in &rows {
-        println!(
+        say!(
             "{:>6.2}x  {:<46} {:>8} {:>14.0} {:>14.0} {:>9.1}",
             c.speedup(),
             c.name,
@@ -631,11 +665,11 @@ fn print_comparisons<'a>(rows: impl Iterator<Item = &'a strata::tools::bench::Co
     }
     let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
     if rows.iter().any(|c| c.latency.is_some()) {
-        println!("Sync append latency, microseconds (p50 / p99 / p999)");
+        say!("Sync append latency, microseconds (p50 / p99 / p999)");
     }
     for c in &rows {
         if let Some((s, r)) = &c.latency {
-            println!(
+            say!(
                 "  {:<46} strata {:>7.0} {:>7.0} {:>7.0}   rocksdb {:>7.0} {:>7.0} {:>7.0}",
                 c.name,
                 us(s.p50),

@@ -57,7 +57,7 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
 /// Read-only and lock-free, so it may look at a store another process has open.
 pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
     let manifest = Manifest::load(&RealFs, root)?.unwrap_or_default();
-    let w = |e: std::io::Error| StoreError::io(root, e);
+    let w = StoreError::Output;
     writeln!(
         out,
         "store {} (id {}), {} log(s)",
@@ -127,7 +127,7 @@ fn preview(bytes: &[u8]) -> String {
 /// naming the byte offset at the first invalid batch.
 pub fn dump_segment(path: &Path, out: &mut dyn Write) -> StoreResult<()> {
     let image = std::fs::read(path).at(path)?;
-    let w = |e: std::io::Error| StoreError::io(path, e);
+    let w = StoreError::Output;
     let base = decode_segment_header(&image).map_err(|e| StoreError::corrupt(path, 0, e))?;
     writeln!(
         out,

@@ -1,0 +1,67 @@
+//! The `strata` command line as a user runs it: a closed stdout ends a command quietly, and an
+//! output error names the output, not the store.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+use bytes::Bytes;
+use strata::{LogOptions, NewRecord, Store};
+
+/// A store with one log whose only segment holds 20 000 records, so `dump` prints far more
+/// than a pipe buffers (the writer is still writing when the reader goes).
+fn store_with_a_log() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("events", 1, LogOptions::default()).unwrap();
+    for _ in 0..20 {
+        let records = (0..1000)
+            .map(|_| NewRecord::value(1, Bytes::from_static(b"a record value")))
+            .collect();
+        log.append_blocking(0, records).unwrap();
+    }
+    store.close_blocking().unwrap();
+    dir
+}
+
+fn segment(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path()
+        .join("logs/events/0")
+        .join(format!("{:020}.seg", 0))
+}
+
+#[test]
+fn dump_into_a_closed_pipe_ends_quietly() {
+    let dir = store_with_a_log();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("dump")
+        .arg(segment(&dir))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read one byte, then close the pipe, as `| head -c 1` does.
+    let mut first = [0u8; 1];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(stderr.is_empty(), "a closed pipe is not an error: {stderr}");
+}
+
+#[test]
+fn an_output_error_names_the_output_not_the_store() {
+    let dir = store_with_a_log();
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return; // no /dev/full here: nothing to write into that fails
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("dump")
+        .arg(segment(&dir))
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("writing the output"), "{stderr}");
+    assert!(!stderr.contains(&*dir.path().to_string_lossy()), "{stderr}");
+}
