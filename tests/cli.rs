@@ -65,3 +65,77 @@ fn an_output_error_names_the_output_not_the_store() {
     assert!(stderr.contains("writing the output"), "{stderr}");
     assert!(!stderr.contains(&*dir.path().to_string_lossy()), "{stderr}");
 }
+
+/// Runs `strata` with `args`; returns stdout, failing on a non-zero exit.
+fn strata(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn read_and_tail_print_records_as_json_lines_by_offset_time_and_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("events", 2, LogOptions::default()).unwrap();
+    for i in 0..10i64 {
+        let value = Bytes::from(format!("event {i}"));
+        let record = NewRecord::keyed(1000 + i * 100, Bytes::from_static(b"k"), Some(value));
+        log.append_blocking(1, vec![record]).unwrap();
+    }
+    store.close_blocking().unwrap();
+    drop((log, store));
+    let d = dir.path().as_os_str();
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    let by_offset = strata(&[
+        os("read"),
+        d,
+        os("events"),
+        os("--partition"),
+        os("1"),
+        os("--from"),
+        os("3"),
+        os("--max"),
+        os("2"),
+    ]);
+    assert_eq!(
+        by_offset,
+        "{\"partition\":1,\"offset\":3,\"timestamp\":1300,\"key\":\"k\",\"value\":\"event 3\"}\n\
+         {\"partition\":1,\"offset\":4,\"timestamp\":1400,\"key\":\"k\",\"value\":\"event 4\"}\n"
+    );
+    let by_time = strata(&[
+        os("read"),
+        d,
+        os("events"),
+        os("--partition"),
+        os("1"),
+        os("--time"),
+        os("1750"),
+        os("--max"),
+        os("1"),
+    ]);
+    assert!(by_time.contains("\"offset\":8,"), "{by_time}");
+    let tail = strata(&[
+        os("tail"),
+        d,
+        os("events"),
+        os("--partition"),
+        os("1"),
+        os("--last"),
+        os("3"),
+    ]);
+    let offsets: Vec<&str> = tail.lines().map(|l| &l[15..27]).collect();
+    assert_eq!(tail.lines().count(), 3, "{tail}");
+    assert!(
+        tail.lines().last().unwrap().contains("\"offset\":9,"),
+        "{offsets:?}"
+    );
+    assert!(
+        strata(&[os("tail"), d, os("events")]).is_empty(),
+        "partition 0 is empty"
+    );
+}

@@ -895,3 +895,45 @@ fn many_async_appenders_wait_once_unsynced_journal_bytes_reach_the_bound() {
     );
     log.close_blocking().unwrap();
 }
+
+/// Offset lookup by timestamp: the earliest offset whose record is at or after the time, across
+/// sealed and active segments, with out-of-order timestamps and past the low-water mark.
+#[test]
+fn offsets_are_found_by_timestamp_in_sealed_and_active_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("t", 1, small_segments()).unwrap();
+    // Offsets 0..300 with timestamps 1000 + 10 * offset, except offset 150 stamped early.
+    for offset in 0..300i64 {
+        let ts = if offset == 150 { 5 } else { 1000 + 10 * offset };
+        let record = NewRecord::value(ts, Bytes::from(vec![b'v'; 100]));
+        log.append_blocking(0, vec![record]).unwrap();
+    }
+    assert!(
+        log.stats()[0].segments > 2,
+        "the records span sealed segments"
+    );
+    let at = |ts| log.offset_for_timestamp(0, ts).unwrap();
+    assert_eq!(at(i64::MIN), Some(0));
+    assert_eq!(at(1000), Some(0));
+    assert_eq!(at(1001), Some(1));
+    assert_eq!(at(2000), Some(100));
+    assert_eq!(
+        at(1000 + 10 * 299),
+        Some(299),
+        "the last record, in the active segment"
+    );
+    assert_eq!(at(1000 + 10 * 299 + 1), None, "nothing that late");
+    // The early-stamped record does not hide the later ones, and is found for an early time.
+    assert_eq!(at(1000 + 10 * 150), Some(151));
+    assert_eq!(at(6), Some(0));
+    // Below the low-water mark nothing is reported.
+    log.delete_segments_before(0, 120).unwrap();
+    let low = log.low_water_mark(0).unwrap();
+    assert!(low > 0);
+    assert_eq!(at(1000), Some(low));
+    assert!(matches!(
+        log.offset_for_timestamp(9, 0),
+        Err(StoreError::PartitionOutOfRange { .. })
+    ));
+}

@@ -1,4 +1,4 @@
-//! The `strata` command line: demo, bench, inspect, verify, dump, compact.
+//! The `strata` command line: demo, bench, inspect, verify, dump, read, tail, compact.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +12,7 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use strata::event_log::{DiskEventLog, KeyedEvent, MetadataEventLog, PartitionStart};
 use strata::log::CompactionPolicy;
+use strata::tools::read::ReadFrom;
 use strata::{LogOptions, Store};
 
 /// Writes one line to stdout (see [`emit`]).
@@ -110,6 +111,39 @@ enum Command {
         /// Segment file (`.seg`).
         segment: PathBuf,
     },
+    /// Print records of one partition of a log as JSON lines, from an offset or a time (takes
+    /// the store's lock: run it while no application has the store open).
+    Read {
+        /// Store directory.
+        dir: PathBuf,
+        /// Log name.
+        log: String,
+        /// Partition.
+        #[arg(long, default_value_t = 0)]
+        partition: u32,
+        /// First offset (default: the low-water mark).
+        #[arg(long, conflicts_with = "time")]
+        from: Option<i64>,
+        /// Start at the first record whose timestamp (ms since the Unix epoch) is at or after this.
+        #[arg(long)]
+        time: Option<i64>,
+        /// Most records to print.
+        #[arg(long, default_value_t = 100)]
+        max: u64,
+    },
+    /// Print the last records of one partition of a log as JSON lines (takes the store's lock).
+    Tail {
+        /// Store directory.
+        dir: PathBuf,
+        /// Log name.
+        log: String,
+        /// Partition.
+        #[arg(long, default_value_t = 0)]
+        partition: u32,
+        /// How many of the last records to print.
+        #[arg(long, default_value_t = 10)]
+        last: u64,
+    },
     /// Run one keyed compaction pass over a log of a store.
     Compact {
         /// Store directory.
@@ -137,9 +171,30 @@ fn main() -> ExitCode {
             tool_result(strata::tools::inspect_store(&dir, &mut std::io::stdout()))
         }
         Command::Verify { dir, cold } => verify(&dir, cold.as_deref()),
-        Command::Dump { segment } => {
-            tool_result(strata::tools::dump_segment(&segment, &mut std::io::stdout()))
+        Command::Dump { segment } => tool_result(strata::tools::dump_segment(
+            &segment,
+            &mut std::io::stdout(),
+        )),
+        Command::Read {
+            dir,
+            log,
+            partition,
+            from,
+            time,
+            max,
+        } => {
+            let start = match (from, time) {
+                (_, Some(ms)) => ReadFrom::Time(ms),
+                (offset, None) => ReadFrom::Offset(offset.unwrap_or(0)),
+            };
+            read(&dir, &log, partition, start, max)
         }
+        Command::Tail {
+            dir,
+            log,
+            partition,
+            last,
+        } => read(&dir, &log, partition, ReadFrom::Last(last), last),
         Command::Compact { dir, log } => compact(&dir, &log),
     };
     match result {
@@ -163,7 +218,9 @@ fn verify(dir: &std::path::Path, cold: Option<&str>) -> Result<(), String> {
     let groups = runtime()?.block_on(verify_groups(dir, cold))?;
     say!(
         "verified {} segment(s): {} batch(es), {} record(s)",
-        report.segments, report.batches, report.records
+        report.segments,
+        report.batches,
+        report.records
     );
     for f in &report.findings {
         let kind = if f.corrupt { "CORRUPT" } else { "note" };
@@ -212,12 +269,16 @@ async fn verify_groups(dir: &std::path::Path, cold: Option<&str>) -> Result<usiz
         let report = engine.verify().await;
         say!(
             "verified group {name}: {} stream(s), {} hot byte(s), {} cold object(s)",
-            report.streams, report.hot_bytes, report.cold_objects
+            report.streams,
+            report.hot_bytes,
+            report.cold_objects
         );
         for f in &report.findings {
             say!(
                 "CORRUPT: group {name}, stream {} at {}: {}",
-                f.stream, f.at, f.problem
+                f.stream,
+                f.at,
+                f.problem
             );
         }
         problems += report.findings.len();
@@ -225,7 +286,8 @@ async fn verify_groups(dir: &std::path::Path, cold: Option<&str>) -> Result<usiz
     Ok(problems)
 }
 
-fn compact(dir: &std::path::Path, name: &str) -> Result<(), String> {
+/// Opens the existing log `name` of the store in `dir`.
+fn open_existing(dir: &std::path::Path, name: &str) -> Result<(Store, strata::Log), String> {
     let store = Store::open(dir).map_err(|e| e.to_string())?;
     let entry = store
         .logs()
@@ -235,6 +297,25 @@ fn compact(dir: &std::path::Path, name: &str) -> Result<(), String> {
     let log = store
         .open_log(name, entry.partitions, LogOptions::default())
         .map_err(|e| e.to_string())?;
+    Ok((store, log))
+}
+
+fn read(
+    dir: &std::path::Path,
+    name: &str,
+    partition: u32,
+    from: ReadFrom,
+    max: u64,
+) -> Result<(), String> {
+    let (_store, log) = open_existing(dir, name)?;
+    let mut out = std::io::stdout().lock();
+    let written = strata::tools::read::write_records(&log, partition, from, max, &mut out);
+    tool_result(written.map(drop))?;
+    log.close_blocking().map_err(|e| e.to_string())
+}
+
+fn compact(dir: &std::path::Path, name: &str) -> Result<(), String> {
+    let (_store, log) = open_existing(dir, name)?;
     let report = log
         .compact_blocking(strata::now_ms())
         .map_err(|e| e.to_string())?;
@@ -649,7 +730,12 @@ fn print_comparisons<'a>(rows: impl Iterator<Item = &'a strata::tools::bench::Co
     say!("Strata vs RocksDB, same work, same run (speedup = RocksDB time / Strata time)");
     say!(
         "{:>7}  {:<46} {:>8} {:>14} {:>14} {:>9}",
-        "speedup", "workload", "ops", "strata ops/s", "rocksdb ops/s", "strata MB/s"
+        "speedup",
+        "workload",
+        "ops",
+        "strata ops/s",
+        "rocksdb ops/s",
+        "strata MB/s"
     );
     let rows: Vec<_> = rows.collect();
     for c in &rows {

@@ -423,6 +423,17 @@ impl Log {
         Ok(self.partition(partition)?.lock_writer().next_offset)
     }
 
+    /// The first offset of `partition` whose record's timestamp is at or after `timestamp` (ms
+    /// since the Unix epoch, as writers gave them), in offset order; `None` when no readable
+    /// record has one (a consumer starting "from time T" then starts at the high-water mark).
+    /// Timestamps need not increase with offsets; this is the earliest qualifying offset.
+    pub fn offset_for_timestamp(&self, partition: u32, timestamp: i64) -> StoreResult<Option<i64>> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        self.partition(partition)?.offset_for_timestamp(timestamp)
+    }
+
     /// First retained offset of `partition`.
     pub fn low_water_mark(&self, partition: u32) -> StoreResult<i64> {
         Ok(self.partition(partition)?.low_water_mark())

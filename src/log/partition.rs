@@ -349,4 +349,33 @@ impl Partition {
             .visit((from.max(view.active.base_offset()), until), f)?;
         Ok(until)
     }
+
+    /// The first offset (in offset order, at or above the low-water mark) whose record's
+    /// timestamp is at or after `timestamp`; `None` when no readable record has one. Sealed
+    /// segments whose largest timestamp is below it are skipped whole, so a lookup reads at
+    /// most the segment that holds the answer (and the active segment).
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> StoreResult<Option<i64>> {
+        let (low, high) = (self.low_water_mark(), self.high_water_mark());
+        let view = self.view();
+        let found = std::cell::Cell::new(None);
+        let mut probe = |r: RecordRef<'_>| {
+            if found.get().is_none() && r.timestamp >= timestamp {
+                found.set(Some(r.offset));
+            }
+            Ok::<(), StoreError>(())
+        };
+        for segment in &view.sealed {
+            let index = segment.index();
+            if index.max_timestamp < timestamp || index.last_offset < low {
+                continue;
+            }
+            segment.visit((index.base_offset.max(low), high), &mut probe)?;
+            if found.get().is_some() {
+                return Ok(found.get());
+            }
+        }
+        let from = view.active.base_offset().max(low);
+        view.active.visit((from, high), &mut probe)?;
+        Ok(found.get())
+    }
 }

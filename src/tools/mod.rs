@@ -1,9 +1,11 @@
-//! Operator tools behind the `strata` CLI: inspect, verify, dump, and the side-by-side bench.
+//! Operator tools behind the `strata` CLI: inspect, verify, dump, read and tail, and the
+//! side-by-side bench.
 
 pub mod bench;
 #[cfg(feature = "ursula")]
 pub mod group_bench;
 pub mod inspect;
+pub mod read;
 pub mod verify;
 
 pub use inspect::{dump_segment, inspect_store};
