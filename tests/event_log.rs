@@ -603,3 +603,55 @@ async fn a_failed_sync_is_not_reported_as_nothing_appended_and_heals() {
     log.visit_range(0, 0, 2, &mut visit).await.unwrap();
     assert_eq!(seen, vec![b("maybe"), b("sure")]);
 }
+
+/// A subscriber commits how far it got under its name and resumes there after a restart; its
+/// lag per partition is readable; concurrent commits keep the one the log ordered last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_resumes_from_its_committed_position_after_a_restart() {
+    use strata::event_log::ConsumerPositions;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, log) = open(dir.path(), 2, LogOptions::default());
+        let positions = ConsumerPositions::open(&store).unwrap();
+        for i in 0..5 {
+            log.publish(0, b(&format!("e{i}"))).await.unwrap();
+        }
+        let (mut stream, _handle) = log.subscribe(vec![start(0, 0)]);
+        let seen = take(&mut stream, 3).await;
+        let next = seen.last().unwrap().offset + 1;
+        positions.commit("meta", "indexer", 0, next).await.unwrap();
+        assert_eq!(positions.committed("meta", "indexer", 0), Some(3));
+        assert_eq!(positions.lag(log.log(), "indexer", 0).unwrap(), 2);
+        assert_eq!(positions.lag(log.log(), "indexer", 1).unwrap(), 0);
+        assert_eq!(positions.lag(log.log(), "nobody", 0).unwrap(), 5);
+        assert!(positions.commit("meta", "", 0, 1).await.is_err());
+        assert!(positions.commit("meta", "indexer", 0, -1).await.is_err());
+        store.close_blocking().unwrap();
+    }
+    let (store, log) = open(dir.path(), 2, LogOptions::default());
+    let positions = Arc::new(ConsumerPositions::open(&store).unwrap());
+    let resume = positions
+        .committed("meta", "indexer", 0)
+        .expect("committed before");
+    let (mut stream, _handle) = log.subscribe(vec![start(0, resume)]);
+    let rest = take(&mut stream, 2).await;
+    assert_eq!(payloads(&rest), vec![(0, 3, b("e3")), (0, 4, b("e4"))]);
+    // Commits racing on one key: memory ends where a reopen (the log's order) ends.
+    let racers: Vec<_> = (0..16)
+        .map(|i| {
+            let positions = positions.clone();
+            tokio::spawn(async move { positions.commit("meta", "racer", 1, i).await })
+        })
+        .collect();
+    for racer in racers {
+        racer.await.unwrap().unwrap();
+    }
+    let in_memory = positions.committed("meta", "racer", 1);
+    drop(positions);
+    store.close_blocking().unwrap();
+    drop((log, store));
+    let store = Store::open(dir.path()).unwrap();
+    let reopened = ConsumerPositions::open(&store).unwrap();
+    assert_eq!(reopened.committed("meta", "racer", 1), in_memory);
+    assert_eq!(reopened.committed("meta", "indexer", 0), Some(3));
+}

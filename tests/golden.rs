@@ -411,6 +411,23 @@ mod coordination {
     }
 }
 
+#[test]
+fn positions_record_v1_matches_its_golden_bytes_and_the_spec() {
+    use strata::event_log::positions::{decode_key, decode_value, encode_key};
+    let key = encode_key("orders", "billing", 7);
+    let mut record = key.clone();
+    record.extend_from_slice(&42i64.to_be_bytes());
+    let b = vector("positions_record_v1.bin", &record);
+    assert_eq!(&b[..7], b"orders\0");
+    assert_eq!(&b[7..15], b"billing\0");
+    assert_eq!(&b[15..19], &7u32.to_be_bytes());
+    assert_eq!(
+        decode_key(&b[..19]),
+        Some(("orders".to_string(), "billing".to_string(), 7))
+    );
+    assert_eq!(decode_value(&b[19..]), Some(42));
+}
+
 #[cfg(feature = "ursula")]
 mod group_state {
     use super::{u32_at, vector};

@@ -16,12 +16,14 @@ mod power_cut {
     pub mod group_paths;
     pub mod harness;
     pub mod log_paths;
+    pub mod positions_paths;
 }
 
 use power_cut::coordination_paths::Coordination;
 use power_cut::group_paths::Group;
 use power_cut::harness::{explore, explore_random, fail_each_operation, fill_disk_at_fractions};
 use power_cut::log_paths::{Appends, Compaction, Manifest, Retention};
+use power_cut::positions_paths::Positions;
 use strata::fs::OpKinds;
 
 #[test]
@@ -88,4 +90,18 @@ fn every_write_path_survives_power_cuts_at_random_operations() {
     explore_random(&Compaction, 24);
     explore_random(&Coordination, 12);
     explore_random(&Group, 24);
+}
+
+#[test]
+fn consumer_positions_survive_every_power_cut_and_fault() {
+    let dry = power_cut::harness::Disk::new();
+    let mut acks = Default::default();
+    power_cut::harness::Workload::run(&Positions, &dry, &mut acks, &|| {});
+    assert!(
+        acks.compacted > 0,
+        "compaction removed superseded commits: {acks:?}"
+    );
+    explore(&Positions, OpKinds::SYNC_RENAME_UNLINK);
+    fail_each_operation(&Positions, 2);
+    fill_disk_at_fractions(&Positions);
 }

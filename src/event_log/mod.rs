@@ -1,6 +1,7 @@
 //! The `MetadataEventLog` seam on a Strata [`Log`]: durable publish, keyed publish and groups,
 //! live subscriptions, water marks and bounded range reads.
 
+pub mod positions;
 mod seam;
 mod subscription;
 
@@ -8,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use positions::{positions_log_options, ConsumerPositions, POSITIONS_LOG};
 pub use seam::{
     AssignmentHandle, KeyedEvent, MetadataEventLog, MetadataEventRecord, MetadataEventStream,
     MetadataLogError, PartitionStart, RangeVisitor,

@@ -1,0 +1,190 @@
+//! Durable consumer positions: a consumer commits the offset it has processed up to, under its
+//! name, per log and partition, and resumes from it after a restart (Kafka's committed offsets).
+//!
+//! Positions live in the internal log `__positions` (one partition, keyed by log, consumer and
+//! partition, compacted in the background so it keeps about one record per key). A commit is
+//! one append with the log's durability (`Sync` by default: durable when it returns), then
+//! memory: persist, then apply. Concurrent commits of one key keep the one the log ordered last.
+//! Open one [`ConsumerPositions`] per store and share it (it is `Send + Sync`). The record
+//! format is format/POSITIONS.md.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::{StoreError, StoreResult};
+use crate::log::{CompactionPolicy, Log, LogOptions};
+use crate::segment::NewRecord;
+use crate::store::Store;
+
+/// Name of the internal log that holds the positions.
+pub const POSITIONS_LOG: &str = "__positions";
+
+/// Options of the positions log: small segments, compacted every minute when half dirty.
+pub fn positions_log_options() -> LogOptions {
+    LogOptions {
+        segment_bytes: 1 << 20,
+        journal_bytes: 4 << 20,
+        compaction: CompactionPolicy {
+            enabled: true,
+            ..CompactionPolicy::default()
+        },
+        maintenance_interval: Some(Duration::from_secs(60)),
+        ..LogOptions::default()
+    }
+}
+
+/// Which position: the log, the consumer's name and the partition.
+type PositionKey = (String, String, u32);
+
+/// The committed positions of every consumer of a store.
+#[derive(Debug)]
+pub struct ConsumerPositions {
+    log: Log,
+    /// Committed offset per key, with the offset of the record that committed it (the log's
+    /// order decides between concurrent commits).
+    committed: Mutex<HashMap<PositionKey, (i64, i64)>>,
+}
+
+impl ConsumerPositions {
+    /// Opens (creating) the positions of `store` and loads them (blocking: it reads the log).
+    pub fn open(store: &Store) -> StoreResult<Self> {
+        let log = store.open_log(POSITIONS_LOG, 1, positions_log_options())?;
+        let mut committed = HashMap::new();
+        let low = log.low_water_mark(0)?;
+        log.for_each_record(0, low, |record| {
+            let key = record.key.as_deref().and_then(decode_key);
+            let value = record.value.as_deref().and_then(decode_value);
+            if let (Some(key), Some(offset)) = (key, value) {
+                committed.insert(key, (offset, record.offset));
+            }
+            Ok::<(), StoreError>(())
+        })?;
+        Ok(Self {
+            log,
+            committed: Mutex::new(committed),
+        })
+    }
+
+    /// Durably records that `consumer` has processed `partition` of `log_name` up to (not
+    /// including) `offset`: a restart resumes there. Names are non-empty and hold no NUL byte;
+    /// `offset` is at least 0.
+    pub async fn commit(
+        &self,
+        log_name: &str,
+        consumer: &str,
+        partition: u32,
+        offset: i64,
+    ) -> StoreResult<()> {
+        let key = validate(log_name, consumer, offset)?;
+        let record = NewRecord::keyed(
+            crate::now_ms(),
+            Bytes::from(encode_key(log_name, consumer, partition)),
+            Some(Bytes::copy_from_slice(&offset.to_be_bytes())),
+        );
+        let (at, _) = self.log.append(0, vec![record]).await?;
+        let mut committed = self.lock();
+        let entry = committed
+            .entry((key.0, key.1, partition))
+            .or_insert((offset, at));
+        if at >= entry.1 {
+            *entry = (offset, at);
+        }
+        Ok(())
+    }
+
+    /// The offset `consumer` committed for `partition` of `log_name`, if any.
+    pub fn committed(&self, log_name: &str, consumer: &str, partition: u32) -> Option<i64> {
+        let key = (log_name.to_string(), consumer.to_string(), partition);
+        self.lock().get(&key).map(|(offset, _)| *offset)
+    }
+
+    /// How many records of `partition` of `log` `consumer` has not processed: the high-water
+    /// mark minus its committed offset (or minus the low-water mark when it committed none, or
+    /// committed one below it).
+    pub fn lag(&self, log: &Log, consumer: &str, partition: u32) -> StoreResult<i64> {
+        let high = log.high_water_mark(partition)?;
+        let low = log.low_water_mark(partition)?;
+        let from = self
+            .committed(log.name(), consumer, partition)
+            .unwrap_or(low)
+            .max(low);
+        Ok((high - from).max(0))
+    }
+
+    /// The positions log (for compaction and statistics).
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PositionKey, (i64, i64)>> {
+        self.committed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn validate(log_name: &str, consumer: &str, offset: i64) -> StoreResult<(String, String)> {
+    for (what, name) in [("log name", log_name), ("consumer name", consumer)] {
+        if name.is_empty() || name.contains('\0') {
+            return Err(StoreError::Invalid(format!(
+                "{what} {name:?} must be non-empty and hold no NUL byte"
+            )));
+        }
+    }
+    if offset < 0 {
+        return Err(StoreError::Invalid(format!(
+            "a committed offset is at least 0, not {offset}"
+        )));
+    }
+    Ok((log_name.to_string(), consumer.to_string()))
+}
+
+/// The key of a position record: `log NUL consumer NUL partition (u32 BE)` (format/POSITIONS.md).
+pub fn encode_key(log_name: &str, consumer: &str, partition: u32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(log_name.len() + consumer.len() + 6);
+    key.extend_from_slice(log_name.as_bytes());
+    key.push(0);
+    key.extend_from_slice(consumer.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&partition.to_be_bytes());
+    key
+}
+
+/// The key's parts; `None` for bytes that are not a position key (skipped at load).
+pub fn decode_key(key: &[u8]) -> Option<PositionKey> {
+    let (names, partition) = key.split_at_checked(key.len().checked_sub(4)?)?;
+    let names = names.strip_suffix(&[0])?;
+    let split = names.iter().position(|b| *b == 0)?;
+    let log_name = std::str::from_utf8(&names[..split]).ok()?;
+    let consumer = std::str::from_utf8(&names[split + 1..]).ok()?;
+    let partition = u32::from_be_bytes(partition.try_into().ok()?);
+    Some((log_name.to_string(), consumer.to_string(), partition))
+}
+
+/// The committed offset a position record's value holds (`i64 BE`); `None` for other bytes.
+pub fn decode_value(value: &[u8]) -> Option<i64> {
+    Some(i64::from_be_bytes(value.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_garbage_is_skipped() {
+        let key = encode_key("orders", "billing", 7);
+        assert_eq!(
+            decode_key(&key),
+            Some(("orders".into(), "billing".into(), 7))
+        );
+        assert_eq!(decode_key(b""), None);
+        assert_eq!(decode_key(b"abc"), None);
+        assert_eq!(decode_key(b"no-nul\0\0\0\0\x01"), None);
+        assert_eq!(decode_value(&5i64.to_be_bytes()), Some(5));
+        assert_eq!(decode_value(b"short"), None);
+        assert!(validate("", "c", 0).is_err());
+        assert!(validate("l", "a\0b", 0).is_err());
+        assert!(validate("l", "c", -1).is_err());
+    }
+}
