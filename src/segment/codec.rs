@@ -122,8 +122,10 @@ fn i64_at(buf: &[u8], at: usize) -> i64 {
     i64::from_le_bytes(b)
 }
 
-/// Decodes and checks the fixed header at the start of `buf` (the CRC is not checked here).
-pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
+/// Reads the fixed header at the start of `buf`: its length, magic, version and attribute bits
+/// are checked, the other fields are not (see [`decode_header`]). For a batch this process has
+/// already decoded and CRC-checked (the bytes cannot have changed since), this is enough.
+pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
     if buf.len() < BATCH_HEADER_LEN_V1 {
         return Err(DecodeError::Truncated {
             needed: BATCH_HEADER_LEN_V1,
@@ -176,6 +178,14 @@ pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
             i64_at(buf, 48) as u64
         },
     };
+    Ok(header)
+}
+
+/// Decodes and checks the fixed header at the start of `buf` (the CRC is not checked here).
+pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
+    let header = parse_header(buf)?;
+    let header_len = header.header_len();
+    let compression = header.compression;
     let len = header.batch_len as usize;
     if len <= header_len || len > MAX_BATCH_LEN {
         return Err(DecodeError::invalid("batch_len", "out of range"));

@@ -12,7 +12,9 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
-use super::codec::{check_crc, decode_checked_shared, decode_header, visit_checked, BatchHeader};
+use super::codec::{
+    check_crc, decode_checked_shared, decode_header, parse_header, visit_checked, BatchHeader,
+};
 use super::index::SegmentIndex;
 use super::pin::{Pin, PinCounter};
 use super::record::{Record, RecordRef};
@@ -43,7 +45,14 @@ impl Data<'_> {
     fn batch_at(&self, pos: u64) -> StoreResult<BatchHeader> {
         let rest = &self.bytes[pos as usize..];
         let corrupt = |e| StoreError::corrupt(self.file, pos, e);
-        let header = decode_header(rest).map_err(corrupt)?;
+        // A batch in the verified prefix passed `decode_header` and its CRC check in this
+        // process, and those bytes never change: its fields need no second validation.
+        let header = if pos < self.verified.load(Ordering::Acquire) {
+            parse_header(rest)
+        } else {
+            decode_header(rest)
+        }
+        .map_err(corrupt)?;
         let end = pos + header.len() as u64;
         if end > self.bytes.len() as u64 {
             let err = super::DecodeError::Truncated {
