@@ -102,7 +102,10 @@ impl LocalDir {
             .and_then(|f| f.write_at(bytes, 0).and_then(|()| f.sync_data()))
             .and_then(|()| fs.rename(&tmp, &file));
         if let Err(e) = written {
-            let _ = fs.remove_file(&tmp);
+            // Best effort: the orphan sweep removes a leftover temporary file too.
+            if let Err(left) = fs.remove_file(&tmp) {
+                tracing::warn!(path = %tmp.display(), error = %left, "could not remove the temporary file of a failed upload");
+            }
             return Err(io_error(&file, e));
         }
         sync_parent(fs, &file).map_err(store_error)

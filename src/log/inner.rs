@@ -370,7 +370,9 @@ impl LogInner {
                 }
                 let Some(inner) = weak.upgrade() else { return };
                 // A failed pass leaves its partition poisoned or its files for the next pass.
-                let _ = inner.background_pass();
+                if let Err(e) = inner.background_pass() {
+                    tracing::error!(log = %inner.name, error = %e, "background sync failed; appends are refused until a sync succeeds");
+                }
             })
             .map_err(|e| StoreError::io(&self.dir, e))?;
         *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
@@ -382,8 +384,8 @@ impl LogInner {
 pub(crate) fn stop_thread(slot: &Mutex<Option<(Sender<()>, JoinHandle<()>)>>) {
     if let Some((stop, handle)) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
         drop(stop);
-        if handle.thread().id() != std::thread::current().id() {
-            let _ = handle.join();
+        if handle.thread().id() != std::thread::current().id() && handle.join().is_err() {
+            tracing::error!("a background thread of a log panicked");
         }
     }
 }
@@ -391,7 +393,9 @@ pub(crate) fn stop_thread(slot: &Mutex<Option<(Sender<()>, JoinHandle<()>)>>) {
 impl Drop for LogInner {
     fn drop(&mut self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
-            let _ = self.shutdown();
+            if let Err(e) = self.shutdown() {
+                tracing::warn!(log = %self.name, error = %e, "closing a dropped log failed; the next open recovers");
+            }
         }
     }
 }

@@ -243,7 +243,10 @@ impl JournalFile {
             .and_then(|()| first.run())
             .and_then(|()| sync_dir(fs, dir));
         if let Err(e) = made {
-            let _ = fs.remove_file(&path);
+            // Best effort: a leftover is replaced by the next attempt.
+            if let Err(left) = fs.remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %left, "could not remove a journal file a failed creation left");
+            }
             return Err(e);
         }
         Ok(Self {

@@ -54,9 +54,11 @@ impl Log {
         };
         for p in 0..self.partition_count() {
             if let Err(e) = self.maintain_partition(p, now_ms, &mut report) {
+                tracing::error!(log = %self.inner.name, partition = p, error = %e, "maintenance of a partition failed; the next pass retries");
                 report.failures.push((p, e.to_string()));
             }
         }
+        tracing::debug!(log = %self.inner.name, retention = ?report.retention, compaction = ?report.compaction, failures = report.failures.len(), "maintenance pass");
         let mut status = self
             .inner
             .maintenance_status
@@ -137,8 +139,8 @@ impl LogInner {
             .take()
         {
             drop(stop);
-            if handle.thread().id() != std::thread::current().id() {
-                let _ = handle.join();
+            if handle.thread().id() != std::thread::current().id() && handle.join().is_err() {
+                tracing::error!(log = %self.name, "the maintenance thread panicked");
             }
         }
     }

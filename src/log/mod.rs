@@ -131,6 +131,7 @@ impl Log {
         let mut shared = Vec::with_capacity(partitions as usize);
         let mut recovery = Vec::with_capacity(partitions as usize);
         let clean = clean_close::take(&*fs, &dir)?;
+        let closed_cleanly = clean.found;
         for id in 0..partitions {
             let pins = Arc::new(PinCounter::default());
             let place = (dir.join(id.to_string()), id);
@@ -141,6 +142,7 @@ impl Log {
         clean.clear()?;
         let journal_dir = dir.join("journal");
         let (next_seq, replay) = replay::replay(&*fs, &journal_dir, &shared)?;
+        report_recovery(&name, closed_cleanly, &recovery, &replay);
         let journal = match options.durability {
             Durability::Sync => Some(open_journal(&fs, &journal_dir, next_seq, &options)?),
             Durability::Interval(_) => None,
@@ -552,4 +554,34 @@ fn open_journal(fs: &Fs, dir: &Path, seq: u64, options: &LogOptions) -> StoreRes
         poisoned: None,
         preparing: false,
     })
+}
+
+/// Reports what opening a log found and did (a tracing event; warnings when bytes were cut).
+fn report_recovery(
+    name: &str,
+    clean: bool,
+    partitions: &[PartitionRecovery],
+    replay: &ReplayReport,
+) {
+    for p in partitions
+        .iter()
+        .filter(|p| p.truncated_bytes > 0 || p.indexes_rebuilt > 0)
+    {
+        tracing::warn!(
+            log = name,
+            partition = p.partition,
+            truncated_bytes = p.truncated_bytes,
+            indexes_rebuilt = p.indexes_rebuilt,
+            "recovery cut an unacknowledged torn tail and rebuilt indexes"
+        );
+    }
+    tracing::info!(
+        log = name,
+        clean_close = clean,
+        partitions = partitions.len(),
+        journal_files = replay.files,
+        journal_frames = replay.frames,
+        batches_restored = replay.applied,
+        "log opened"
+    );
 }

@@ -88,7 +88,9 @@ fn create_file(fs: &dyn FileSystem, path: &Path, base: i64, capacity: u64) -> St
         .at(path);
     if let Err(e) = written {
         // Best effort: a leftover is also replaced by the next attempt.
-        let _ = fs.remove_file(path);
+        if let Err(left) = fs.remove_file(path) {
+            tracing::warn!(path = %path.display(), error = %left, "could not remove a segment a failed creation left");
+        }
         return Err(e);
     }
     Ok(file)

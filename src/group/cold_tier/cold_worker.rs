@@ -51,6 +51,7 @@ impl DiskGroupEngine {
         self.begin()?;
         let result = self.flush_stream_cold_steps(id, max_bytes, placement).await;
         self.end();
+        trace(&self.name, "cold flush", &result);
         result
     }
 
@@ -163,6 +164,7 @@ impl DiskGroupEngine {
             .compact_stream_cold_steps(id, small_bytes, max_inputs, gc_not_before_ms, placement)
             .await;
         self.end();
+        trace(&self.name, "cold compaction", &result);
         result
     }
 
@@ -241,6 +243,7 @@ impl DiskGroupEngine {
         self.begin()?;
         let result = self.run_cold_gc_steps(now_ms, max, placement).await;
         self.end();
+        trace(&self.name, "cold GC", &result);
         result
     }
 
@@ -305,6 +308,7 @@ impl DiskGroupEngine {
         self.begin()?;
         let result = self.sweep_orphan_objects_steps().await;
         self.end();
+        trace(&self.name, "orphan sweep", &result);
         result
     }
 
@@ -378,5 +382,13 @@ impl DiskGroupEngine {
             .or_insert(durable);
         *commits = (*commits).min(durable);
         Ok(self.payloads.reclaim(&lowest)?)
+    }
+}
+
+/// Reports the outcome of a cold-tier task of `group` (an event; a warning when it failed).
+fn trace<T: std::fmt::Debug>(group: &str, task: &str, result: &Result<T, GroupEngineError>) {
+    match result {
+        Ok(outcome) => tracing::info!(group, task, ?outcome, "cold-tier task done"),
+        Err(error) => tracing::warn!(group, task, %error, "cold-tier task failed"),
     }
 }
