@@ -63,9 +63,11 @@ impl Data<'_> {
         }
         if end > self.verified.load(Ordering::Acquire) {
             check_crc(rest, &header).map_err(corrupt)?;
-            let _ = self
-                .verified
-                .compare_exchange(pos, end, Ordering::AcqRel, Ordering::Acquire);
+            // Grows the prefix when it ended at this batch; a reader that lost the race (or
+            // checked a batch past a gap) leaves it as it is, which is correct either way.
+            self.verified
+                .compare_exchange(pos, end, Ordering::AcqRel, Ordering::Acquire)
+                .ok();
         }
         Ok(header)
     }
