@@ -43,7 +43,6 @@ pub mod coordination;
 pub mod error;
 pub mod event_log;
 pub mod fs;
-pub mod fuzzing;
 #[cfg(feature = "ursula")]
 pub mod group;
 pub mod log;

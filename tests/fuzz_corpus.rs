@@ -1,6 +1,9 @@
-//! Runs the fuzz targets' properties (strata::fuzzing) over the seed corpus in `fuzz/corpus/` and
+//! Runs the fuzz targets' properties (`fuzz/properties.rs`) over the seed corpus in `fuzz/corpus/` and
 //! over deterministic mutations of every seed: flipped bits, truncations, splices and random bytes.
 //! The libFuzzer targets in `fuzz/` explore further; this keeps the properties checked in every test run.
+
+#[path = "../fuzz/properties.rs"]
+mod properties;
 
 use std::path::PathBuf;
 
@@ -81,29 +84,29 @@ fn run(target: &str, property: Property) {
 
 #[test]
 fn batch_decode_corpus() {
-    run("batch_decode", strata::fuzzing::batch_round_trip);
+    run("batch_decode", properties::batch_round_trip);
 }
 
 #[test]
 fn index_decode_corpus() {
-    run("index_decode", strata::fuzzing::index_round_trip);
+    run("index_decode", properties::index_round_trip);
 }
 
 #[test]
 fn manifest_decode_corpus() {
-    run("manifest_decode", strata::fuzzing::manifest_round_trip);
+    run("manifest_decode", properties::manifest_round_trip);
 }
 
 #[test]
 fn segment_scan_corpus() {
-    run("segment_scan", strata::fuzzing::segment_scan);
+    run("segment_scan", properties::segment_scan);
 }
 
 #[test]
 fn coordination_decode_corpus() {
     run(
         "coordination_decode",
-        strata::fuzzing::coordination_round_trip,
+        properties::coordination_round_trip,
     );
 }
 
@@ -111,7 +114,7 @@ fn coordination_decode_corpus() {
 fn cold_object_decode_corpus() {
     run(
         "cold_object_decode",
-        strata::fuzzing::cold_object_round_trip,
+        properties::cold_object_round_trip,
     );
 }
 
@@ -122,6 +125,6 @@ fn cold_object_decode_corpus() {
 fn commit_record_decode_corpus() {
     run(
         "commit_record_decode",
-        strata::fuzzing::commit_record_round_trip,
+        properties::commit_record_round_trip,
     );
 }

@@ -2,4 +2,8 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| strata::fuzzing::manifest_round_trip(data));
+#[path = "../properties.rs"]
+#[allow(dead_code)]
+mod properties;
+
+fuzz_target!(|data: &[u8]| properties::manifest_round_trip(data));

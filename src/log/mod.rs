@@ -292,7 +292,7 @@ impl Log {
     /// written; they become durable with this log's next sync round (a later synced append or
     /// [`Log::sync`]). For a layer whose own later record of this log is its point of
     /// durability (the group engine's commit record), so one fsync covers both.
-    pub(crate) async fn append_many_unsynced(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
+    pub async fn append_many_unsynced(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
         self.room_in_journal().await?;
         Ok(self.write(items)?.0)
     }

@@ -1,8 +1,9 @@
 //! Operator tools behind the `strata` CLI: inspect, verify, dump, read and tail, and the
 //! side-by-side bench.
 
+#[cfg(feature = "cli")]
 pub mod bench;
-#[cfg(feature = "ursula")]
+#[cfg(feature = "cli")]
 pub mod group_bench;
 pub mod inspect;
 pub mod read;

@@ -1,12 +1,13 @@
-//! The properties the fuzz targets check, shared by `fuzz/` (libFuzzer) and the corpus test in
-//! `tests/fuzz_corpus.rs`: every decoder accepts any bytes without panicking, and what decodes
+//! The properties the fuzz targets check, shared (by `#[path]`) by the libFuzzer targets in
+//! `fuzz/fuzz_targets/` and the corpus test `tests/fuzz_corpus.rs`, so they are not part of
+//! Strata's API: every decoder accepts any bytes without panicking, and what decodes
 //! round-trips. Each function panics only when a property is broken.
 
-use crate::segment::{
+use strata::segment::{
     decode_batch, decode_segment_header, encode_unsealed, scan_segment, seal_batch, Compression,
     SegmentIndex, SEGMENT_HEADER_LEN,
 };
-use crate::store::manifest::Manifest;
+use strata::store::manifest::Manifest;
 
 /// A decoded batch re-encodes (same compression kind, base, synced length and continuation) to
 /// records that decode identically; an uncompressed version 2 batch re-encodes byte for byte.
@@ -36,7 +37,7 @@ pub fn batch_round_trip(data: &[u8]) {
         Ok(&records),
         "re-encoded batch decodes differently"
     );
-    if header.compression == 0 && header.version == crate::segment::codec::BATCH_FORMAT_VERSION {
+    if header.compression == 0 && header.version == strata::segment::codec::BATCH_FORMAT_VERSION {
         assert_eq!(
             &again[..],
             &data[..header.len()],
@@ -57,7 +58,7 @@ pub fn index_round_trip(data: &[u8]) {
 pub fn manifest_round_trip(data: &[u8]) {
     if let Ok(manifest) = Manifest::decode(data) {
         let again = manifest.encode();
-        if data[8..12] == crate::store::manifest::MANIFEST_FORMAT_VERSION.to_le_bytes() {
+        if data[8..12] == strata::store::manifest::MANIFEST_FORMAT_VERSION.to_le_bytes() {
             assert_eq!(again, data, "manifest encoding is canonical");
         }
         assert_eq!(
@@ -73,7 +74,7 @@ pub fn segment_scan(data: &[u8]) {
     let base = decode_segment_header(data).unwrap_or(0);
     let start = SEGMENT_HEADER_LEN.min(data.len()) as u64;
     let preallocated =
-        crate::segment::decode_segment_header_full(data).is_ok_and(|h| h.preallocated);
+        strata::segment::decode_segment_header_full(data).is_ok_and(|h| h.preallocated);
     let scan = scan_segment(data, SegmentIndex::empty(base), start, (64, preallocated));
     assert!(scan.index.segment_len <= data.len() as u64);
     if data.len() >= SEGMENT_HEADER_LEN {
@@ -88,10 +89,10 @@ pub fn segment_scan(data: &[u8]) {
 
 /// Coordination keys and values decode without panicking and re-encode to the same bytes.
 pub fn coordination_round_trip(data: &[u8]) {
-    use crate::coordination::codec::{
+    use strata::coordination::codec::{
         decode_epoch, decode_key, decode_value, encode_key, encode_value,
     };
-    use crate::coordination::RecordKind;
+    use strata::coordination::RecordKind;
     if let Ok(key) = decode_key(data) {
         assert_eq!(encode_key(&key), data, "key encoding is canonical");
     }
@@ -110,13 +111,13 @@ pub fn coordination_round_trip(data: &[u8]) {
 /// A cold object decodes without panicking; what decodes re-encodes to an object that decodes to
 /// the same bytes.
 pub fn cold_object_round_trip(data: &[u8]) {
-    let Ok(raw) = crate::cold::decode_cold_object("fuzz", data) else {
+    let Ok(raw) = strata::cold::decode_cold_object("fuzz", data) else {
         return;
     };
-    let Ok(again) = crate::cold::encode_cold_object(&raw, 1) else {
+    let Ok(again) = strata::cold::encode_cold_object(&raw, 1) else {
         panic!("a decoded cold object must re-encode")
     };
-    let back = crate::cold::decode_cold_object("fuzz", &again).ok();
+    let back = strata::cold::decode_cold_object("fuzz", &again).ok();
     assert_eq!(
         back.as_deref(),
         Some(&raw[..]),
@@ -127,7 +128,7 @@ pub fn cold_object_round_trip(data: &[u8]) {
 /// A group commit record decodes without panicking; what decodes re-encodes byte for byte.
 #[cfg(feature = "ursula")]
 pub fn commit_record_round_trip(data: &[u8]) {
-    use crate::group::commit_record::{decode, CommitRecord};
+    use strata::group::commit_record::{decode, CommitRecord};
     let mut again = CommitRecord::default();
     if decode(data, |op| {
         again.push(op);
