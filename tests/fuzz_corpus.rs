@@ -104,18 +104,12 @@ fn segment_scan_corpus() {
 
 #[test]
 fn coordination_decode_corpus() {
-    run(
-        "coordination_decode",
-        properties::coordination_round_trip,
-    );
+    run("coordination_decode", properties::coordination_round_trip);
 }
 
 #[test]
 fn cold_object_decode_corpus() {
-    run(
-        "cold_object_decode",
-        properties::cold_object_round_trip,
-    );
+    run("cold_object_decode", properties::cold_object_round_trip);
 }
 
 /// No libFuzzer target: `fuzz/` builds Strata without the `ursula` feature (no C++), and the group
@@ -123,8 +117,5 @@ fn cold_object_decode_corpus() {
 #[cfg(feature = "ursula")]
 #[test]
 fn commit_record_decode_corpus() {
-    run(
-        "commit_record_decode",
-        properties::commit_record_round_trip,
-    );
+    run("commit_record_decode", properties::commit_record_round_trip);
 }

@@ -766,3 +766,34 @@ async fn streams_whose_names_nest_keep_their_objects_apart() {
     assert!(engine.verify().await.is_clean());
     close(store, engine);
 }
+
+/// The cold object cache stays within the bytes the application allows (0: no caching), and
+/// reads are right either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cold_object_cache_stays_within_its_byte_bound() {
+    for bound in [0usize, 3_000, 1 << 20] {
+        let dir = tempfile::tempdir().unwrap();
+        let cold = ColdStore::local(&dir.path().join("cold"))
+            .unwrap()
+            .with_cache_bytes(bound);
+        let (store, mut engine) = open(dir.path(), cold);
+        let id = BucketStreamId::new("bucket-a", "cached");
+        create_stream(&mut engine, &id).await;
+        let mut model = Vec::new();
+        append_many(&mut engine, &id, &mut model, 40, 2).await;
+        // Several objects of about 2 KB each.
+        while engine
+            .flush_stream_cold(&id, 2_000, placement())
+            .await
+            .unwrap()
+            .is_some_and(|hot_start| hot_start < model.len() as u64)
+        {}
+        assert_eq!(read_all(&mut engine, &id, 0, 3).await, model);
+        let cached = engine.cold_store().cached_bytes();
+        assert!(cached <= bound, "{cached} cached bytes, bound {bound}");
+        if bound == 1 << 20 {
+            assert!(cached > 0, "a large bound caches what was read");
+        }
+        close(store, engine);
+    }
+}

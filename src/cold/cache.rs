@@ -49,6 +49,11 @@ impl ObjectCache {
         }
     }
 
+    /// Decoded bytes held now (at most the capacity).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Drops `path` from the cache.
     pub fn remove(&mut self, path: &str) {
         if let Some(at) = self.entries.iter().position(|(p, _)| p == path) {

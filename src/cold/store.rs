@@ -52,7 +52,8 @@ impl Drop for UploadGuard {
     }
 }
 
-/// Decoded bytes the object cache of a [`ColdStore`] holds at most.
+/// Decoded bytes the object cache of a [`ColdStore`] holds at most, unless
+/// [`ColdStore::with_cache_bytes`] says otherwise.
 pub const COLD_CACHE_BYTES: usize = 64 << 20;
 
 impl std::fmt::Debug for ColdStore {
@@ -88,6 +89,19 @@ impl ColdStore {
             cache: Arc::new(Mutex::new(ObjectCache::new(COLD_CACHE_BYTES))),
             uploading: Arc::new(Mutex::new(HashSet::new())),
         }
+    }
+
+    /// The same store with an object cache of at most `bytes` decoded bytes (default
+    /// [`COLD_CACHE_BYTES`], 64 MiB; any value, 0 turns caching off). Clones made after this
+    /// share the new cache.
+    pub fn with_cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache = Arc::new(Mutex::new(ObjectCache::new(bytes)));
+        self
+    }
+
+    /// Decoded bytes the object cache holds now.
+    pub fn cached_bytes(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
     /// Wraps any object store.
