@@ -1,6 +1,7 @@
 //! Strata as the disk-backed fixture of a test suite: each test opens a fresh store in a
 //! temporary directory (cheap: no RocksDB unless a group is opened), exercises code against a
-//! real log, and can restart the store to check what survives.
+//! real log, and can restart the store to check what survives. (When a test needs no restart,
+//! `strata::TemporaryStore::new()` is quicker still: it skips every sync and cleans up itself.)
 //!
 //! `cargo test --example test_fixture`
 

@@ -53,7 +53,7 @@ pub mod tools;
 pub use error::{StoreError, StoreResult};
 pub use log::{Durability, Log, LogOptions};
 pub use segment::{Compression, NewRecord, Record, RecoveryMode};
-pub use store::{Store, StoreOptions};
+pub use store::{Store, StoreOptions, TemporaryStore};
 
 /// Milliseconds since the Unix epoch by the system clock (0 if the clock is before 1970).
 pub fn now_ms() -> i64 {

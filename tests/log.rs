@@ -937,3 +937,38 @@ fn offsets_are_found_by_timestamp_in_sealed_and_active_segments() {
         Err(StoreError::PartitionOutOfRange { .. })
     ));
 }
+
+/// A temporary store works like any store while it lives (a log, a reopen of the log), skips
+/// every sync, and removes its directory when dropped.
+#[test]
+fn a_temporary_store_serves_a_test_and_leaves_nothing_behind() {
+    let parent = tempfile::tempdir().unwrap();
+    let (dir, second) = {
+        let store = strata::TemporaryStore::new_in(parent.path()).unwrap();
+        let other = strata::TemporaryStore::new_in(parent.path()).unwrap();
+        assert_ne!(store.path(), other.path(), "each gets its own directory");
+        let log = store.open_log("t", 2, LogOptions::default()).unwrap();
+        log.append_blocking(1, vec![value("kept")]).unwrap();
+        log.close_blocking().unwrap();
+        let log = store.open_log("t", 2, LogOptions::default()).unwrap();
+        assert_eq!(read_all(&log, 1).len(), 1);
+        (store.path().to_path_buf(), other.path().to_path_buf())
+    };
+    assert!(
+        !dir.exists() && !second.exists(),
+        "dropped stores are removed"
+    );
+    // The file system under it reaches the disk for everything but syncs.
+    let counted = tempfile::tempdir().unwrap();
+    let fault = strata::fs::FaultFs::new(counted.path()).unwrap();
+    let fs = strata::fs::NoSyncFs::shared(fault.shared());
+    let store =
+        Store::open_with(counted.path(), strata::StoreOptions::default().with_fs(fs)).unwrap();
+    let log = store.open_log("t", 2, LogOptions::default()).unwrap();
+    log.append_blocking(0, vec![value("v")]).unwrap();
+    store.close_blocking().unwrap();
+    use strata::fs::{OpKind, OpKinds};
+    assert!(fault.count(OpKinds::only(OpKind::Write)) > 0);
+    assert_eq!(fault.count(OpKinds::only(OpKind::Sync)), 0);
+    assert_eq!(fault.count(OpKinds::only(OpKind::DirSync)), 0);
+}

@@ -709,19 +709,47 @@ fn bench(
         ))?;
         Ok((log, group, Some(flush)))
     });
-    let _ = std::fs::remove_dir_all(&scratch);
+    let opens = if wanted("open") {
+        strata::tools::bench::open_times(&scratch.join("open")).map(Some)
+    } else {
+        Ok(None)
+    };
+    if let Err(e) = std::fs::remove_dir_all(&scratch) {
+        eprintln!(
+            "strata: could not remove the scratch directory {}: {e}",
+            scratch.display()
+        );
+    }
     let (log, group, flush) = results?;
     print_comparisons(log.iter().chain(&group));
-    let Some(flush) = flush else { return Ok(()) };
-    say!(
-        "{:>7}  {:<46} {:>8} objs {:>8.1} MB/s ({} bytes in {:?}; no RocksDB counterpart)",
-        "-",
-        "flush to the local cold store",
-        flush.objects,
-        flush.megabytes_per_sec(),
-        flush.bytes,
-        flush.duration
-    );
+    if let Some(flush) = flush {
+        say!(
+            "{:>7}  {:<46} {:>8} objs {:>8.1} MB/s ({} bytes in {:?}; no RocksDB counterpart)",
+            "-",
+            "flush to the local cold store",
+            flush.objects,
+            flush.megabytes_per_sec(),
+            flush.bytes,
+            flush.duration
+        );
+    }
+    if let Some(o) = opens? {
+        say!(
+            "Opening a fresh store (median of {}), RocksDB opening a fresh database: {:?}",
+            strata::tools::bench::OPEN_PASSES,
+            o.rocksdb
+        );
+        say!(
+            "  durable store + 4-partition log {:?}, + one group engine {:?}",
+            o.durable_log,
+            o.durable_group
+        );
+        say!(
+            "  TemporaryStore + 4-partition log {:?}, + one group engine {:?}",
+            o.temporary_log,
+            o.temporary_group
+        );
+    }
     Ok(())
 }
 

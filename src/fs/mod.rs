@@ -18,6 +18,7 @@
 
 mod fault;
 mod image;
+mod no_sync;
 mod real;
 mod sync_gate;
 mod tree;
@@ -32,6 +33,7 @@ use crate::error::{IoContext, StoreResult};
 
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
+pub use no_sync::NoSyncFs;
 pub use real::{RealFs, RealMap};
 pub use sync_gate::{GateState, SyncGate};
 

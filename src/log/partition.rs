@@ -127,9 +127,15 @@ impl Partition {
             partition: id,
             ..Default::default()
         };
-        if bases.is_empty() {
+        // A segment created just now holds nothing past its header: with its (empty) index
+        // written, the open below trusts that index instead of scanning the preallocated tail.
+        // The index needs no sync: a lost one only means a scan at the next open.
+        let created = bases.is_empty();
+        if created {
             let path = dir.join(segment_file_name(0));
             SegmentWriter::create(&**fs, &path, 0, (options.segment_bytes, interval), pins)?;
+            let index = crate::segment::SegmentIndex::empty(0).encode();
+            write_file(&**fs, &dir.join(index_file_name(0)), &index, false)?;
             sync_dir(&**fs, &dir)?;
             bases.push(0);
         }
@@ -172,7 +178,7 @@ impl Partition {
         let last = open_last(
             place(fs, (&path, &index_path, *last_base), options),
             options.segment_bytes,
-            clean,
+            clean || created,
         )?;
         note(&last.report);
         let high_water = (last.index.last_offset + 1).max(*last_base);

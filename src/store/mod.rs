@@ -2,6 +2,7 @@
 
 pub mod lock;
 pub mod manifest;
+mod temporary;
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -38,6 +39,8 @@ impl StoreOptions {
         self
     }
 }
+
+pub use temporary::TemporaryStore;
 
 struct StoreInner {
     root: PathBuf,

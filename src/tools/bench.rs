@@ -239,6 +239,9 @@ pub fn best_read<E: From<String>>(
 
 #[cfg(feature = "rocksdb")]
 mod baseline;
+mod open;
+
+pub use open::{open_times, OpenTimes, OPEN_PASSES};
 
 #[cfg(feature = "rocksdb")]
 pub use baseline::{compare, rocksdb_append, rocksdb_read_all, rocksdb_seal};
