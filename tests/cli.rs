@@ -139,3 +139,38 @@ fn read_and_tail_print_records_as_json_lines_by_offset_time_and_count() {
         "partition 0 is empty"
     );
 }
+
+#[test]
+fn inspect_and_verify_print_json_when_asked() {
+    let dir = store_with_a_log();
+    let d = dir.path().as_os_str();
+    let os = std::ffi::OsStr::new;
+    let inspect: serde_json::Value =
+        serde_json::from_str(&strata(&[os("inspect"), d, os("--json")])).unwrap();
+    let log = &inspect["logs"][0];
+    assert_eq!(log["name"], "events");
+    assert_eq!(log["partitions"][0]["high"], 20_000);
+    assert_eq!(log["partitions"][0]["segments"][0]["base_offset"], 0);
+    let verify: serde_json::Value =
+        serde_json::from_str(&strata(&[os("verify"), d, os("--json")])).unwrap();
+    assert_eq!(verify["ok"], true);
+    assert_eq!(verify["records"], 20_000);
+    assert!(verify["findings"].as_array().unwrap().is_empty());
+    // Damage one byte of a batch: the JSON names it and the exit code says so.
+    let path = segment(&dir);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[strata::segment::SEGMENT_HEADER_LEN + 200] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([os("verify"), d, os("--json")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let verify: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verify["ok"], false);
+    assert_eq!(verify["findings"][0]["corrupt"], true);
+    assert!(verify["findings"][0]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with(".seg"));
+}

@@ -95,6 +95,9 @@ enum Command {
     Inspect {
         /// Store directory.
         dir: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Check every CRC of a store, and every group's hot bytes and cold objects; exits non-zero
     /// when any data is corrupt.
@@ -105,6 +108,9 @@ enum Command {
         /// `<dir>/cold`.
         #[arg(long)]
         cold: Option<String>,
+        /// Print one JSON object instead of text (the exit code is the same).
+        #[arg(long)]
+        json: bool,
     },
     /// Print every batch and record of one segment file.
     Dump {
@@ -167,10 +173,11 @@ fn main() -> ExitCode {
             only,
             passes,
         } => bench(dir, records, only.as_deref(), passes),
-        Command::Inspect { dir } => {
+        Command::Inspect { dir, json: false } => {
             tool_result(strata::tools::inspect_store(&dir, &mut std::io::stdout()))
         }
-        Command::Verify { dir, cold } => verify(&dir, cold.as_deref()),
+        Command::Inspect { dir, json: true } => inspect_json(&dir),
+        Command::Verify { dir, cold, json } => verify(&dir, cold.as_deref(), json),
         Command::Dump { segment } => tool_result(strata::tools::dump_segment(
             &segment,
             &mut std::io::stdout(),
@@ -213,9 +220,61 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| e.to_string())
 }
 
-fn verify(dir: &std::path::Path, cold: Option<&str>) -> Result<(), String> {
+fn inspect_json(dir: &std::path::Path) -> Result<(), String> {
+    let summary = strata::tools::summarize_store(dir).map_err(|e| e.to_string())?;
+    let logs: Vec<_> = summary
+        .logs
+        .iter()
+        .map(|log| {
+            let partitions: Vec<_> = log
+                .partitions
+                .iter()
+                .map(|p| {
+                    p.as_ref().map(|p| {
+                        let segments: Vec<_> = p
+                            .segments
+                            .iter()
+                            .map(|s| {
+                                serde_json::json!({"base_offset": s.base_offset, "bytes": s.bytes,
+                                    "last_offset": s.last_offset, "indexed": s.indexed})
+                            })
+                            .collect();
+                        serde_json::json!({"low": p.low, "high": p.high, "bytes": p.bytes, "segments": segments})
+                    })
+                })
+                .collect();
+            serde_json::json!({"name": log.name, "partitions": partitions})
+        })
+        .collect();
+    let root = dir.display().to_string();
+    say!(
+        "{}",
+        serde_json::json!({"store": root, "id": summary.store_id, "logs": logs})
+    );
+    Ok(())
+}
+
+fn verify(dir: &std::path::Path, cold: Option<&str>, json: bool) -> Result<(), String> {
     let report = strata::tools::verify_store(dir).map_err(|e| e.to_string())?;
     let groups = runtime()?.block_on(verify_groups(dir, cold))?;
+    let corrupt = report.findings.iter().filter(|f| f.corrupt).count()
+        + groups.iter().map(|(_, g)| g.findings.len()).sum::<usize>();
+    if json {
+        say!("{}", verify_json(&report, &groups, corrupt));
+    } else {
+        print_verify(&report, &groups, corrupt);
+    }
+    match corrupt {
+        0 => Ok(()),
+        n => Err(format!("{n} corrupt structure(s) found")),
+    }
+}
+
+fn print_verify(
+    report: &strata::tools::VerifyReport,
+    groups: &[(String, strata::group::GroupVerifyReport)],
+    corrupt: usize,
+) {
     say!(
         "verified {} segment(s): {} batch(es), {} record(s)",
         report.segments,
@@ -231,22 +290,67 @@ fn verify(dir: &std::path::Path, cold: Option<&str>) -> Result<(), String> {
             f.problem
         );
     }
-    let corrupt = report.findings.iter().filter(|f| f.corrupt).count() + groups;
+    for (name, g) in groups {
+        say!(
+            "verified group {name}: {} stream(s), {} hot byte(s), {} cold object(s)",
+            g.streams,
+            g.hot_bytes,
+            g.cold_objects
+        );
+        for f in &g.findings {
+            say!(
+                "CORRUPT: group {name}, stream {} at {}: {}",
+                f.stream,
+                f.at,
+                f.problem
+            );
+        }
+    }
     if corrupt == 0 {
         say!("ok");
-        Ok(())
-    } else {
-        Err(format!("{corrupt} corrupt structure(s) found"))
     }
 }
 
-/// Verifies every group under `<dir>/groups`; returns the number of problems found.
-async fn verify_groups(dir: &std::path::Path, cold: Option<&str>) -> Result<usize, String> {
+fn verify_json(
+    report: &strata::tools::VerifyReport,
+    groups: &[(String, strata::group::GroupVerifyReport)],
+    corrupt: usize,
+) -> serde_json::Value {
+    let findings: Vec<_> = report
+        .findings
+        .iter()
+        .map(|f| {
+            serde_json::json!({"file": f.file.display().to_string(), "offset": f.offset,
+                "problem": f.problem, "corrupt": f.corrupt})
+        })
+        .collect();
+    let groups: Vec<_> = groups
+        .iter()
+        .map(|(name, g)| {
+            let findings: Vec<_> = g
+                .findings
+                .iter()
+                .map(|f| serde_json::json!({"stream": f.stream, "at": f.at, "problem": f.problem}))
+                .collect();
+            serde_json::json!({"name": name, "streams": g.streams, "hot_bytes": g.hot_bytes,
+                "cold_objects": g.cold_objects, "findings": findings})
+        })
+        .collect();
+    serde_json::json!({"segments": report.segments, "batches": report.batches,
+        "records": report.records, "findings": findings, "groups": groups,
+        "corrupt": corrupt, "ok": corrupt == 0})
+}
+
+/// Verifies every group under `<dir>/groups`; returns each group's report.
+async fn verify_groups(
+    dir: &std::path::Path,
+    cold: Option<&str>,
+) -> Result<Vec<(String, strata::group::GroupVerifyReport)>, String> {
     use strata::cold::ColdStore;
     use strata::group::{DiskGroupEngine, GroupOptions};
     let groups_dir = dir.join("groups");
     if !groups_dir.is_dir() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let mut names: Vec<String> = std::fs::read_dir(&groups_dir)
         .map_err(|e| format!("{}: {e}", groups_dir.display()))?
@@ -261,29 +365,15 @@ async fn verify_groups(dir: &std::path::Path, cold: Option<&str>) -> Result<usiz
         None => ColdStore::local(&dir.join("cold")),
     }
     .map_err(|e| e.to_string())?;
-    let mut problems = 0;
+    let mut reports = Vec::with_capacity(names.len());
     for name in names {
         let engine =
             DiskGroupEngine::open(&store, &name, cold_store.clone(), GroupOptions::default())
                 .map_err(|e| format!("group {name}: {e}"))?;
         let report = engine.verify().await;
-        say!(
-            "verified group {name}: {} stream(s), {} hot byte(s), {} cold object(s)",
-            report.streams,
-            report.hot_bytes,
-            report.cold_objects
-        );
-        for f in &report.findings {
-            say!(
-                "CORRUPT: group {name}, stream {} at {}: {}",
-                f.stream,
-                f.at,
-                f.problem
-            );
-        }
-        problems += report.findings.len();
+        reports.push((name, report));
     }
-    Ok(problems)
+    Ok(reports)
 }
 
 /// Opens the existing log `name` of the store in `dir`.

@@ -280,7 +280,12 @@ impl FaultFs {
 
 impl Drop for State {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.tree.graveyard);
+        // The graveyard may never have been created (nothing was unlinked).
+        if let Err(e) = std::fs::remove_dir_all(&self.tree.graveyard) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(dir = %self.tree.graveyard.display(), error = %e, "could not remove the fault layer's graveyard");
+            }
+        }
     }
 }
 

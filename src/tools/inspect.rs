@@ -53,47 +53,118 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
     })
 }
 
-/// Writes a summary of the store at `root` (logs, partitions, segments, offsets) to `out`.
-/// Read-only and lock-free, so it may look at a store another process has open.
-pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
+/// What `strata inspect` reports about a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSummary {
+    /// The store's id (hex), from its MANIFEST.
+    pub store_id: String,
+    /// Every log the MANIFEST records, in its order.
+    pub logs: Vec<LogSummary>,
+}
+
+/// One log of a [`StoreSummary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSummary {
+    /// Log name.
+    pub name: String,
+    /// Its partitions (`None` for one not created on disk yet).
+    pub partitions: Vec<Option<PartitionSummary>>,
+}
+
+/// One partition of a [`LogSummary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionSummary {
+    /// First offset held.
+    pub low: i64,
+    /// One past the last offset held.
+    pub high: i64,
+    /// Bytes of its segment files.
+    pub bytes: u64,
+    /// Its segments, oldest first.
+    pub segments: Vec<SegmentSummary>,
+}
+
+/// Summarizes the store at `root` (logs, partitions, segments, offsets). Read-only and
+/// lock-free, so it may look at a store another process has open.
+pub fn summarize_store(root: &Path) -> StoreResult<StoreSummary> {
     let manifest = Manifest::load(&RealFs, root)?.unwrap_or_default();
-    let w = StoreError::Output;
-    writeln!(
-        out,
-        "store {} (id {}), {} log(s)",
-        root.display(),
-        manifest.store_id_hex(),
-        manifest.logs.len()
-    )
-    .map_err(w)?;
+    let mut logs = Vec::with_capacity(manifest.logs.len());
     for log in &manifest.logs {
-        writeln!(out, "log {:?}: {} partition(s)", log.name, log.partitions).map_err(w)?;
+        let mut partitions = Vec::with_capacity(log.partitions as usize);
         for partition in 0..log.partitions {
             let dir = root
                 .join("logs")
                 .join(&log.name)
                 .join(partition.to_string());
-            if !dir.exists() {
+            partitions.push(if dir.exists() {
+                Some(summarize_partition(&dir)?)
+            } else {
+                None
+            });
+        }
+        logs.push(LogSummary {
+            name: log.name.clone(),
+            partitions,
+        });
+    }
+    Ok(StoreSummary {
+        store_id: manifest.store_id_hex(),
+        logs,
+    })
+}
+
+fn summarize_partition(dir: &Path) -> StoreResult<PartitionSummary> {
+    let mut segments = Vec::new();
+    for (base, path) in &segment_files(dir)? {
+        segments.push(summarize_segment(path, *base)?);
+    }
+    let low = segments.first().map_or(0, |s| s.base_offset);
+    let high = segments
+        .last()
+        .map_or(0, |s| (s.last_offset + 1).max(s.base_offset));
+    Ok(PartitionSummary {
+        low,
+        high,
+        bytes: segments.iter().map(|s| s.bytes).sum(),
+        segments,
+    })
+}
+
+/// Writes a summary of the store at `root` (see [`summarize_store`]) to `out` as text.
+pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
+    let summary = summarize_store(root)?;
+    let w = StoreError::Output;
+    writeln!(
+        out,
+        "store {} (id {}), {} log(s)",
+        root.display(),
+        summary.store_id,
+        summary.logs.len()
+    )
+    .map_err(w)?;
+    for log in &summary.logs {
+        writeln!(
+            out,
+            "log {:?}: {} partition(s)",
+            log.name,
+            log.partitions.len()
+        )
+        .map_err(w)?;
+        for (partition, p) in log.partitions.iter().enumerate() {
+            let Some(p) = p else {
                 writeln!(out, "  partition {partition}: not created yet").map_err(w)?;
                 continue;
-            }
-            let segments = segment_files(&dir)?;
-            let mut summaries = Vec::with_capacity(segments.len());
-            for (base, path) in &segments {
-                summaries.push(summarize_segment(path, *base)?);
-            }
-            let low = summaries.first().map_or(0, |s| s.base_offset);
-            let high = summaries
-                .last()
-                .map_or(0, |s| (s.last_offset + 1).max(s.base_offset));
-            let bytes: u64 = summaries.iter().map(|s| s.bytes).sum();
+            };
             writeln!(
                 out,
-                "  partition {partition}: offsets [{low}, {high}), {} segment(s), {bytes} bytes",
-                summaries.len()
+                "  partition {partition}: offsets [{}, {}), {} segment(s), {} bytes",
+                p.low,
+                p.high,
+                p.segments.len(),
+                p.bytes
             )
             .map_err(w)?;
-            for s in &summaries {
+            for s in &p.segments {
                 writeln!(
                     out,
                     "    {:020}.seg  {:>10} bytes  last offset {}{}",

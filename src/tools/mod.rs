@@ -9,5 +9,5 @@ pub mod inspect;
 pub mod read;
 pub mod verify;
 
-pub use inspect::{dump_segment, inspect_store};
+pub use inspect::{dump_segment, inspect_store, summarize_store, StoreSummary};
 pub use verify::{verify_store, Finding, VerifyReport};

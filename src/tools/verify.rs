@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, StoreResult};
 use crate::fs::RealFs;
-use crate::segment::recovery::trusted_index;
+use crate::segment::recovery::{durable_floor, trusted_index};
 use crate::segment::writer::parse_file_name;
 use crate::segment::{
     decode_segment_header, index_file_name, scan_segment, ScanEnd, SegmentIndex, SEGMENT_HEADER_LEN,
@@ -71,6 +71,11 @@ pub fn verify_segment(
 ) -> StoreResult<()> {
     let image = std::fs::read(path).at(path)?;
     report.segments += 1;
+    // Below the length a checkpoint recorded as durable, damage is damage (the rule recovery
+    // applies): only a tail past it can be a torn, never-acknowledged write.
+    let floor = path.parent().map_or(0, |dir| {
+        durable_floor(&RealFs, &dir.join(index_file_name(base)), base)
+    });
     let unsynced = "never synced, so never acknowledged (recovery cuts it on open)";
     let mut finding = |offset: u64, problem: String, corrupt: bool| {
         report.findings.push(Finding {
@@ -87,7 +92,11 @@ pub fn verify_segment(
             format!("header base offset {found} differs from the file name"),
             true,
         ),
-        Err(e) if last && nothing_valid_after_header(&image, base) => {
+        Err(e)
+            if last
+                && floor <= SEGMENT_HEADER_LEN as u64
+                && nothing_valid_after_header(&image, base) =>
+        {
             finding(0, format!("segment header {unsynced}: {e}"), false);
             return Ok(());
         }
@@ -106,9 +115,14 @@ pub fn verify_segment(
     report.records += scan.records;
     match scan.end {
         ScanEnd::Clean => {}
-        ScanEnd::TornTail { position, error } if last => {
+        ScanEnd::TornTail { position, error } if last && position >= floor => {
             finding(position, format!("torn tail, {unsynced}: {error}"), false)
         }
+        ScanEnd::TornTail { position, error } if last => finding(
+            position,
+            format!("invalid batch below the durable length {floor}: {error}"),
+            true,
+        ),
         ScanEnd::TornTail { position, error } => finding(
             position,
             format!("invalid batch inside a sealed segment: {error}"),

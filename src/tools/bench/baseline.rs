@@ -108,7 +108,7 @@ pub fn compare(
             log.close_blocking().map_err(|e| e.to_string())?;
             drop(db);
             for engine in ["strata", "rocksdb"] {
-                let _ = std::fs::remove_dir_all(dir(engine));
+                std::fs::remove_dir_all(dir(engine)).map_err(|e| e.to_string())?;
             }
         }
         let (Some(strata), Some(rocks)) = (strata, rocks) else {
