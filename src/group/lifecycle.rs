@@ -561,8 +561,8 @@ impl DiskGroupEngine {
             // External bytes are not hot: the first hot byte is the tail.
             hot_start_offset: if external.is_some() { initial_len } else { 0 },
             retained_offset: 0,
-            live_setsum: setsum::Setsum::default().hexdigest(),
-            total_setsum: setsum::Setsum::default().hexdigest(),
+            live_setsum: setsum::Setsum::default(),
+            total_setsum: setsum::Setsum::default(),
             total_records: 0,
             visible_snapshot: None,
             snapshot_changed: false,

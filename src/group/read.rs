@@ -329,9 +329,9 @@ impl DiskGroupEngine {
 /// The stream's integrity digest as ursula reports it.
 pub(crate) fn integrity_snapshot(row: &StreamRow) -> StreamIntegritySnapshot {
     StreamIntegritySnapshot {
-        live_setsum: row.live_setsum.clone(),
+        live_setsum: row.live_setsum.hexdigest(),
         evicted_setsum: setsum::Setsum::default().hexdigest(),
-        total_setsum: row.total_setsum.clone(),
+        total_setsum: row.total_setsum.hexdigest(),
         live_start_offset: row.retained_offset,
         tail_offset: row.metadata.tail_offset,
         live_records: row.total_records,

@@ -279,8 +279,8 @@ impl DiskGroupEngine {
                 attrs: entry.attrs,
                 hot_start_offset: hot_start,
                 retained_offset: retained,
-                live_setsum: entry.integrity.live_setsum,
-                total_setsum: entry.integrity.total_setsum,
+                live_setsum: snapshot_setsum(&id, &entry.integrity.live_setsum)?,
+                total_setsum: snapshot_setsum(&id, &entry.integrity.total_setsum)?,
                 total_records: entry.integrity.total_records,
                 snapshot_changed: entry.visible_snapshot.is_some(),
                 visible_snapshot: entry.visible_snapshot,
@@ -386,6 +386,16 @@ impl DiskGroupEngine {
     }
 }
 
+/// A snapshot stream's integrity setsum (ursula's hex digest), or `ImportInvalid`.
+fn snapshot_setsum(id: &BucketStreamId, hex: &str) -> Result<setsum::Setsum, GroupEngineError> {
+    setsum::Setsum::from_hexdigest(hex).ok_or_else(|| {
+        stream_error(
+            StreamErrorCode::ImportInvalid,
+            format!("snapshot stream '{id}' has an unreadable integrity setsum {hex:?}"),
+        )
+    })
+}
+
 /// Checks the invariants a snapshot must hold before it replaces any state.
 fn validate_snapshot(snapshot: &StreamSnapshot) -> Result<(), GroupEngineError> {
     let invalid = |m: String| stream_error(StreamErrorCode::ImportInvalid, m);
@@ -409,6 +419,8 @@ fn validate_snapshot(snapshot: &StreamSnapshot) -> Result<(), GroupEngineError> 
                 "snapshot stream '{id}' references a missing bucket"
             )));
         }
+        snapshot_setsum(id, &entry.integrity.live_setsum)?;
+        snapshot_setsum(id, &entry.integrity.total_setsum)?;
         if let Some(index) = &entry.record_index {
             index
                 .validate(entry.retained_offset.unwrap_or(0), m.tail_offset)

@@ -26,10 +26,13 @@ pub struct StreamRow {
     pub hot_start_offset: u64,
     /// Destructive-retention floor: bytes below it are gone.
     pub retained_offset: u64,
-    /// Live setsum (hex) over every record of the stream.
-    pub live_setsum: String,
-    /// Total setsum (hex); equal to the live one (nothing is evicted from the digest).
-    pub total_setsum: String,
+    /// Live setsum over every record of the stream (hex in the row, binary in memory, so an
+    /// append adds to it without parsing or formatting).
+    #[serde(with = "hex_setsum")]
+    pub live_setsum: setsum::Setsum,
+    /// Total setsum; equal to the live one (nothing is evicted from the digest).
+    #[serde(with = "hex_setsum")]
+    pub total_setsum: setsum::Setsum,
     /// Records counted by the setsums.
     pub total_records: u64,
     /// The stream's published checkpoint, if any. The row stores its offset, content type and
@@ -201,5 +204,25 @@ mod snapshot_meta {
                 digest: s.digest,
             }),
         )
+    }
+}
+
+/// A setsum as its hex digest (ursula's text form) in JSON rows.
+mod hex_setsum {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        value: &setsum::Setsum,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&value.hexdigest())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<setsum::Setsum, D::Error> {
+        let hex = String::deserialize(deserializer)?;
+        setsum::Setsum::from_hexdigest(&hex)
+            .ok_or_else(|| serde::de::Error::custom(format!("setsum {hex:?} is not a hex digest")))
     }
 }

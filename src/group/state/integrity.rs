@@ -1,6 +1,6 @@
 //! The per-stream integrity digest ursula reports: a setsum over one record digest per accepted
-//! append (stream id, offsets, and the bytes or the external object they live in), kept as hex in
-//! the stream row.
+//! append (stream id, offsets, and the bytes or the external object they live in), kept binary in
+//! memory and as hex in the stream row.
 
 use ursula_shard::BucketStreamId;
 
@@ -74,15 +74,8 @@ fn add_record(
     item.extend_from_slice(pieces);
     let mut record = setsum::Setsum::default();
     record.insert_vectored(&item);
-    let parse = |hex: &str| {
-        setsum::Setsum::from_hexdigest(hex).ok_or_else(|| {
-            GroupError::Corrupt(format!("stream '{id}' has an unreadable integrity setsum"))
-        })
-    };
-    let live = parse(&row.live_setsum)? + record;
-    let total = parse(&row.total_setsum)? + record;
-    row.live_setsum = live.hexdigest();
-    row.total_setsum = total.hexdigest();
+    row.live_setsum += record;
+    row.total_setsum += record;
     row.total_records = row.total_records.saturating_add(1);
     Ok(())
 }
