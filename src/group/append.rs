@@ -185,14 +185,12 @@ impl DiskGroupEngine {
         let input = plan.input;
         let id = input.stream_id.clone();
         let len = input.payload.len() as u64;
-        // Work on a copy so a failure part-way leaves memory as it was.
-        let mut updated = self
+        // In place (a failed command reloads memory): no copy of the row per append.
+        let mut row = self
             .state
             .streams
-            .get(&id)
-            .ok_or_else(|| not_found(&id))?
-            .clone();
-        let row = &mut updated;
+            .get_mut(&id)
+            .ok_or_else(|| not_found(&id))?;
         let offset = row.metadata.tail_offset;
         row.metadata.tail_offset = offset.saturating_add(len);
         if let Some(seq) = input.stream_seq.clone() {
@@ -210,12 +208,12 @@ impl DiskGroupEngine {
         });
         let mut messages = Vec::new();
         if let Some(log_offset) = log_offset {
-            integrity_append(row, &id, offset, next_offset, &input.payload)?;
+            integrity_append(&mut row, &id, offset, next_offset, &input.payload);
             row.append_count += 1;
             messages.push((offset, next_offset, log_offset));
         }
-        let partition = updated.partition;
-        self.state.streams.insert(id.clone(), updated);
+        let partition = row.partition;
+        drop(row);
         self.commit_records(tx, &id, offset, &plan.ends);
         for (offset, next_offset, log_offset) in messages {
             tx.put_message(
@@ -628,13 +626,11 @@ impl DiskGroupEngine {
             .payloads
             .append(id, partition, &payloads, now_ms)
             .await?;
-        let mut updated = self
+        let mut row = self
             .state
             .streams
-            .get(id)
-            .ok_or_else(|| not_found(id))?
-            .clone();
-        let row = &mut updated;
+            .get_mut(id)
+            .ok_or_else(|| not_found(id))?;
         let mut messages = Vec::with_capacity(payloads.len());
         let mut items = Vec::with_capacity(payloads.len());
         let mut next_record = row.records.map(|c| c.next);
@@ -643,7 +639,7 @@ impl DiskGroupEngine {
             let start = row.metadata.tail_offset;
             let end = start + payload.len() as u64;
             row.metadata.tail_offset = end;
-            integrity_append(row, id, start, end, payload)?;
+            integrity_append(&mut row, id, start, end, payload);
             row.append_count += 1;
             messages.push((start, end, *log_offset));
             let record_start = next_record;
@@ -658,8 +654,8 @@ impl DiskGroupEngine {
             });
         }
         renew_ttl(&mut row.metadata, now_ms);
-        let partition = updated.partition;
-        self.state.streams.insert(id.clone(), updated);
+        let partition = row.partition;
+        drop(row);
         for (item, ends) in items.iter().zip(&all_ends) {
             self.commit_records(tx, id, item.start_offset, ends);
         }
@@ -798,7 +794,7 @@ impl DiskGroupEngine {
             next_offset,
             &payload.s3_path,
             payload.object_size,
-        )?;
+        );
         updated.append_count += 1;
         // External bytes are not hot: with nothing hot above them the hot start moves past them.
         if updated.hot_start_offset >= offset {

@@ -580,11 +580,11 @@ impl DiskGroupEngine {
                 object_size: e.object_size,
                 object_offset: 0,
             };
-            integrity_external(&mut row, &id, 0, initial_len, &e.s3_path, e.object_size)?;
+            integrity_external(&mut row, &id, 0, initial_len, &e.s3_path, e.object_size);
             tx.put_external(&id, &segment);
         }
         if let Some(&log_offset) = log_offsets.first() {
-            integrity_append(&mut row, &id, 0, initial_len, &initial)?;
+            integrity_append(&mut row, &id, 0, initial_len, &initial);
             tx.put_message(
                 &id,
                 partition,

@@ -5,7 +5,6 @@
 use ursula_shard::BucketStreamId;
 
 use crate::group::rows::StreamRow;
-use crate::group::GroupError;
 
 /// Records one accepted inline append in the integrity setsums.
 pub(crate) fn integrity_append(
@@ -14,8 +13,8 @@ pub(crate) fn integrity_append(
     start: u64,
     end: u64,
     payload: &[u8],
-) -> Result<(), GroupError> {
-    add_record(row, id, start, end, b"inline", &[payload])
+) {
+    add_record(row, id, start, end, b"inline", &[payload]);
 }
 
 /// Records one accepted external append (its object path and size) in the integrity setsums.
@@ -26,7 +25,7 @@ pub(crate) fn integrity_external(
     end: u64,
     s3_path: &str,
     object_size: u64,
-) -> Result<(), GroupError> {
+) {
     let size = object_size.to_le_bytes();
     add_record(
         row,
@@ -35,7 +34,7 @@ pub(crate) fn integrity_external(
         end,
         b"external",
         &[s3_path.as_bytes(), &size],
-    )
+    );
 }
 
 /// ursula's record digest: a tag, the stream id parts, the offsets, the kind, then the pieces.
@@ -46,9 +45,9 @@ fn add_record(
     end: u64,
     kind: &[u8],
     pieces: &[&[u8]],
-) -> Result<(), GroupError> {
+) {
     if start == end {
-        return Ok(());
+        return;
     }
     let start_b = start.to_le_bytes();
     let end_b = end.to_le_bytes();
@@ -77,5 +76,4 @@ fn add_record(
     row.live_setsum += record;
     row.total_setsum += record;
     row.total_records = row.total_records.saturating_add(1);
-    Ok(())
 }
