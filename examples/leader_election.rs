@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use strata::coordination::{
-    CoordinationError, CoordinationTransport, DiskCoordinationTransport, Lease, MemberId, Role,
+    CoordinationError, CoordinationTransport, DiskCoordinationTransport, FencingToken, Lease,
+    MemberId, Role,
 };
 use strata::Store;
 
@@ -26,13 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // node-a leads: a new epoch (durable, greater than every earlier one), then its lease.
     let token_a = node_a.acquire_epoch(&role).await?;
     for _ in 0..3 {
-        let now = strata::now_ms();
-        let lease = Lease {
-            member: a.clone(),
-            token: token_a,
-            granted_at: now,
-            deadline: now + 1_000,
-        };
+        let lease = lease(&a, token_a);
         node_a.write_lease(&role, token_a, &lease).await?; // renew while leading
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -40,27 +35,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // node-b takes over (say node-a's lease expired): its epoch fences node-a.
     let token_b = node_b.acquire_epoch(&role).await?;
-    let now = strata::now_ms();
-    let lease_b = Lease {
-        member: b.clone(),
-        token: token_b,
-        granted_at: now,
-        deadline: now + 1_000,
-    };
-    node_b.write_lease(&role, token_b, &lease_b).await?;
+    node_b
+        .write_lease(&role, token_b, &lease(&b, token_b))
+        .await?;
     println!("node-b leads with {token_b:?}");
 
     // node-a, unaware, tries to renew under its old token: refused.
-    let stale = Lease {
-        member: a,
-        token: token_a,
-        granted_at: now,
-        deadline: now + 1_000,
-    };
-    match node_a.write_lease(&role, token_a, &stale).await {
+    match node_a
+        .write_lease(&role, token_a, &lease(&a, token_a))
+        .await
+    {
         Err(CoordinationError::Fenced { role }) => println!("node-a is fenced from {role}"),
         other => return Err(format!("a stale token must be fenced, got {other:?}").into()),
     }
     assert_eq!(node_a.describe(&role).await?, Some(token_b));
     Ok(())
+}
+
+/// A lease of one second from now for `member` under `token`.
+fn lease(member: &MemberId, token: FencingToken) -> Lease {
+    let now = strata::now_ms();
+    Lease {
+        member: member.clone(),
+        token,
+        granted_at: now,
+        deadline: now + 1_000,
+    }
 }

@@ -475,20 +475,8 @@ impl GroupDb {
             state.producers.entry(id).or_default().insert(producer, row);
             Ok(true)
         })?;
-        self.scan(CF_USAGE, &[], &[], |k, v| {
-            state.usage.insert(
-                String::from_utf8_lossy(k).into_owned(),
-                decode_row::<UsageRow>("usage", v)?,
-            );
-            Ok(true)
-        })?;
-        self.scan(CF_QUOTAS, &[], &[], |k, v| {
-            state.quotas.insert(
-                String::from_utf8_lossy(k).into_owned(),
-                decode_row::<QuotaRow>("quota", v)?,
-            );
-            Ok(true)
-        })?;
+        state.usage = self.bucket_rows::<UsageRow>(CF_USAGE, "usage")?;
+        state.quotas = self.bucket_rows::<QuotaRow>(CF_QUOTAS, "quota")?;
         self.scan(CF_RETIRED_COUNTS, &[], &[], |k, v| {
             let (id, _) = decode_stream_key(k)
                 .ok_or_else(|| GroupError::Corrupt("retired count key".into()))?;
@@ -505,6 +493,23 @@ impl GroupDb {
         state.recount_shared_refs();
         state.recompute_expiry_floor();
         Ok(state)
+    }
+
+    /// Every JSON row of a family keyed by bucket id.
+    fn bucket_rows<T: serde::de::DeserializeOwned>(
+        &self,
+        cf: &str,
+        what: &str,
+    ) -> Result<BTreeMap<String, T>, GroupError> {
+        let mut rows = BTreeMap::new();
+        self.scan(cf, &[], &[], |k, v| {
+            rows.insert(
+                String::from_utf8_lossy(k).into_owned(),
+                decode_row(what, v)?,
+            );
+            Ok(true)
+        })?;
+        Ok(rows)
     }
 
     fn meta_u64(&self, key: &[u8]) -> Result<u64, GroupError> {
