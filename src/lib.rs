@@ -46,6 +46,7 @@ pub mod fs;
 #[cfg(feature = "ursula")]
 pub mod group;
 pub mod log;
+mod metrics;
 pub mod segment;
 pub mod store;
 pub mod tools;

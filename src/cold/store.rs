@@ -311,6 +311,7 @@ impl ColdStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(path);
+        crate::metrics::cold_cache(cached.is_some());
         if let Some(raw) = cached {
             return Ok(raw);
         }

@@ -325,9 +325,10 @@ impl DiskGroupEngine {
             let offset = self.payloads.commit(record, now_ms())?;
             let synced = Instant::now();
             self.db.apply(record, offset + 1)?;
+            let (sync, write) = (synced - started, synced.elapsed());
+            crate::metrics::group_commit(&self.name, sync, write);
             if let Some((metrics, placement)) = &self.metrics {
                 let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-                let (sync, write) = (synced - started, synced.elapsed());
                 metrics.record_wal_batch(*placement, 1, nanos(write), nanos(sync));
             }
             Ok::<(), GroupError>(())

@@ -163,7 +163,12 @@ impl GroupCommit {
     /// Runs one round: syncs the journal to its current end, publishes what became durable,
     /// then wakes the waiters it satisfied and one that leads the next round.
     fn lead(&self, log: &LogInner) {
+        let started = std::time::Instant::now();
         let outcome = log.sync_journal();
+        let bytes = outcome
+            .as_ref()
+            .map_or(0, |upto| upto.saturating_sub(self.synced()));
+        crate::metrics::sync_round(&log.name, bytes, started.elapsed(), outcome.is_ok());
         if let Ok(upto) = &outcome {
             // Readable before acknowledged: publish, then let anyone see the new position.
             log.publish_journaled(*upto);

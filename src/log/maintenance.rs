@@ -66,6 +66,7 @@ impl Log {
             .unwrap_or_else(|p| p.into_inner());
         status.passes += 1;
         status.failures += report.failures.len() as u64;
+        crate::metrics::maintenance(&self.inner.name, &report);
         status.last = Some(report.clone());
         Ok(report)
     }

@@ -386,7 +386,12 @@ impl DiskGroupEngine {
 }
 
 /// Reports the outcome of a cold-tier task of `group` (an event; a warning when it failed).
-fn trace<T: std::fmt::Debug>(group: &str, task: &str, result: &Result<T, GroupEngineError>) {
+fn trace<T: std::fmt::Debug>(
+    group: &str,
+    task: &'static str,
+    result: &Result<T, GroupEngineError>,
+) {
+    crate::metrics::cold_task(group, task, result.is_ok());
     match result {
         Ok(outcome) => tracing::info!(group, task, ?outcome, "cold-tier task done"),
         Err(error) => tracing::warn!(group, task, %error, "cold-tier task failed"),

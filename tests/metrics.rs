@@ -1,0 +1,84 @@
+//! The metrics Strata reports through the `metrics` facade reach an installed recorder: sync
+//! rounds and bytes of a log, maintenance results, group commits, cold-tier tasks and the cold
+//! object cache. (Its own test binary: a recorder is installed once per process.)
+#![cfg(feature = "ursula")]
+
+use bytes::Bytes;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use strata::group::DiskGroupEngine;
+use strata::{LogOptions, NewRecord, Store};
+use ursula_runtime::{
+    AppendRequest, ColdWriteAdmission, CreateStreamRequest, GroupEngine, ReadStreamRequest,
+};
+use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
+
+/// Counter totals; each snapshot of the debugging recorder reports what changed since the last
+/// one, so they are added up here.
+#[derive(Default)]
+struct Totals(std::collections::HashMap<String, u64>);
+
+impl Totals {
+    /// The total of every counter named `name` (over all label sets) after a fresh snapshot.
+    fn of(&mut self, snapshotter: &Snapshotter, name: &str) -> u64 {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            if let DebugValue::Counter(n) = value {
+                *self.0.entry(key.key().name().to_string()).or_default() += n;
+            }
+        }
+        self.0.get(name).copied().unwrap_or(0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_and_groups_report_their_work_to_the_installed_recorder() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this test binary");
+    let mut totals = Totals::default();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("m", 1, LogOptions::default()).unwrap();
+    for _ in 0..5 {
+        let record = NewRecord::value(1, Bytes::from_static(b"0123456789"));
+        log.append(0, vec![record]).await.unwrap();
+    }
+    assert!(totals.of(&snapshotter, "strata_sync_rounds_total") >= 5);
+    assert!(totals.of(&snapshotter, "strata_synced_bytes_total") >= 50);
+    log.run_maintenance(strata::now_ms()).unwrap();
+    assert_eq!(
+        totals.of(&snapshotter, "strata_maintenance_failures_total"),
+        0
+    );
+
+    let mut engine = DiskGroupEngine::open_local(&store, "g").unwrap();
+    let p = ShardPlacement {
+        core_id: CoreId(0),
+        shard_id: ShardId(0),
+        raft_group_id: RaftGroupId(0),
+    };
+    let none = ColdWriteAdmission::default();
+    let id = BucketStreamId::new("tenant", "s");
+    engine
+        .create_stream(CreateStreamRequest::new(id.clone(), "text/plain"), p, none)
+        .await
+        .unwrap();
+    let mut append = AppendRequest::from_bytes(id.clone(), Bytes::from_static(b"hello\n"));
+    append.content_type = "text/plain".into();
+    engine.append(append, p, none).await.unwrap();
+    assert_eq!(totals.of(&snapshotter, "strata_group_commits_total"), 2);
+    engine.flush_stream_cold(&id, 1 << 20, p).await.unwrap();
+    assert_eq!(totals.of(&snapshotter, "strata_cold_tasks_total"), 1);
+    let read = ReadStreamRequest {
+        stream_id: id,
+        offset: 0,
+        max_len: 100,
+        now_ms: 0,
+        record: None,
+        max_records: None,
+    };
+    engine.read_stream(read.clone(), p).await.unwrap();
+    engine.read_stream(read, p).await.unwrap();
+    assert_eq!(totals.of(&snapshotter, "strata_cold_cache_reads_total"), 2);
+}
