@@ -572,7 +572,7 @@ fn report_recovery(
             partition = p.partition,
             truncated_bytes = p.truncated_bytes,
             indexes_rebuilt = p.indexes_rebuilt,
-            "recovery cut an unacknowledged torn tail and rebuilt indexes"
+            "recovery repaired a partition: an unacknowledged torn tail cut (bytes) and indexes rebuilt (count)"
         );
     }
     tracing::info!(
