@@ -360,15 +360,7 @@ impl DiskGroupEngine {
             if from >= row.metadata.tail_offset {
                 continue;
             }
-            let first = match self.db.message_at_or_before(id, from)? {
-                Some((_, m)) if m.end_offset > from => Some(m),
-                _ => self
-                    .db
-                    .messages(id, from, u64::MAX)?
-                    .first()
-                    .map(|(_, m)| *m),
-            };
-            if let Some(m) = first {
+            if let Some((_, m)) = self.db.first_message_from(id, from)? {
                 let entry = lowest.entry(row.partition).or_insert(m.log_offset);
                 *entry = (*entry).min(m.log_offset);
             }

@@ -251,37 +251,65 @@ impl GroupDb {
         }
     }
 
-    /// The message rows of `id` that hold bytes of `[from, to)`, in offset order, with one
-    /// iterator: a seek to the row at or before `from`, then forward.
+    /// The message rows of `id` that hold bytes of `[from, to)`, in offset order.
     pub fn messages_covering(
         &self,
         id: &BucketStreamId,
         from: u64,
         to: u64,
     ) -> Result<Vec<(u64, MessageRow)>, GroupError> {
+        let mut out = Vec::new();
+        self.messages_from(id, from, |start, row| {
+            let keep = start < to;
+            if keep {
+                out.push((start, row));
+            }
+            keep
+        })?;
+        Ok(out)
+    }
+
+    /// The first message row of `id` that holds a byte at or after `from`.
+    pub fn first_message_from(
+        &self,
+        id: &BucketStreamId,
+        from: u64,
+    ) -> Result<Option<(u64, MessageRow)>, GroupError> {
+        let mut first = None;
+        self.messages_from(id, from, |start, row| {
+            first = Some((start, row));
+            false
+        })?;
+        Ok(first)
+    }
+
+    /// Calls `f` with the message rows of `id` that end after `from`, in offset order, until it
+    /// returns false; one iterator: a seek to the row at or before `from`, then forward.
+    fn messages_from(
+        &self,
+        id: &BucketStreamId,
+        from: u64,
+        mut f: impl FnMut(u64, MessageRow) -> bool,
+    ) -> Result<(), GroupError> {
         let prefix = stream_key(id);
         let mut iter = self.db.raw_iterator_cf(self.cf(CF_MESSAGES)?);
         iter.seek_for_prev(crate::group::keys::message_key(id, from));
         if !iter.key().is_some_and(|k| k.starts_with(&prefix)) {
             iter.seek(crate::group::keys::message_key(id, from));
         }
-        let mut out = Vec::new();
         while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
             if !key.starts_with(&prefix) {
                 break;
             }
             let start = message_start(key, prefix.len())?;
-            if start >= to {
-                break;
-            }
             let row = MessageRow::decode(value)?;
-            if row.end_offset > from {
-                out.push((start, row));
+            if row.end_offset > from && !f(start, row) {
+                break;
             }
             iter.next();
         }
         iter.status()?;
-        Ok(out)
+        Ok(())
     }
 
     /// Message rows of `id` with start in `[from, to)`, in offset order.
