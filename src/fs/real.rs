@@ -160,7 +160,7 @@ impl RealMap {
     /// Drops this process's page-table entries for `[start, end)` (chunk-aligned, so
     /// page-aligned; the bytes stay, dirty or not, and a later access faults the page back in).
     fn release(&self, start: usize, end: usize) -> io::Result<()> {
-        debug_assert!(start.is_multiple_of(RELEASE_CHUNK) && start < end && end <= self.raw.len());
+        assert!(start.is_multiple_of(RELEASE_CHUNK) && start < end && end <= self.raw.len());
         // SAFETY: `[start, end)` lies inside the live mapping (`start < end <= len`, `start`
         // page-aligned: the callers' writes are checked against the length), which is shared and file-backed: MADV_DONTNEED only removes the pages
         // from this process's page tables (dirty bits move to the page cache), so the file's
@@ -183,7 +183,7 @@ impl WritableMap for RealMap {
             .checked_add(bytes.len())
             .filter(|end| *end <= self.raw.len())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write past the mapping"))?;
-        debug_assert!(end <= self.raw.len());
+        assert!(end <= self.raw.len());
         // SAFETY: `[offset, end)` lies inside the live mapping (checked above) and inside the
         // file: callers allocate the file's blocks before they write there (so the store cannot
         // fault past the end or for lack of space), and the file is never cut while mapped. No

@@ -187,7 +187,7 @@ impl PartitionWriter {
         let path = self.active.path().to_path_buf();
         let capacity = p.segment_capacity(needed);
         let fresh = SegmentWriter::recreate(&*p.fs, &path, base, (capacity, p.interval), &p.pins)?;
-        debug_assert_eq!(fresh.len(), SEGMENT_HEADER_LEN as u64);
+        assert_eq!(fresh.len(), SEGMENT_HEADER_LEN as u64);
         let new_active = fresh.shared().clone();
         self.active = fresh;
         p.update_view(|view| view.active = new_active);

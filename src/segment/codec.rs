@@ -527,8 +527,8 @@ pub fn encode_batch(
 /// (as [`encode_unsealed`] wrote it; record offsets are relative, so they move with the base)
 /// and writes its CRC. `header` is updated to match.
 pub fn seal_batch(batch: &mut [u8], header: &mut BatchHeader, base_offset: i64, synced_len: u64) {
-    debug_assert_eq!(batch.len(), header.len());
-    debug_assert_eq!(header.version, BATCH_FORMAT_VERSION);
+    assert_eq!(batch.len(), header.len());
+    assert_eq!(header.version, BATCH_FORMAT_VERSION);
     batch[11] = header.compression | if header.continued { ATTR_CONTINUED } else { 0 };
     batch[16..24].copy_from_slice(&base_offset.to_le_bytes());
     batch[48..56].copy_from_slice(&synced_len.to_le_bytes());
@@ -622,7 +622,7 @@ pub fn encode_unsealed(
     out.extend_from_slice(&max_timestamp.to_le_bytes());
     out.extend_from_slice(&0u64.to_le_bytes());
     out.extend_from_slice(&stored);
-    debug_assert_eq!(out.len() - start, batch_len);
+    assert_eq!(out.len() - start, batch_len);
     Ok(BatchHeader {
         batch_len: batch_len as u32,
         crc: 0,

@@ -274,7 +274,7 @@ impl SegmentWriter {
         self.map.write(mark.len as usize, &zeros).at(&self.path)?;
         self.len = mark.len;
         self.shared.update_index(|index| {
-            debug_assert!(index.entries.len() >= mark.entries);
+            assert!(index.entries.len() >= mark.entries);
             index.entries.truncate(mark.entries);
             index.last_offset = mark.last_offset;
             index.max_timestamp = mark.max_timestamp;
@@ -325,7 +325,7 @@ impl SegmentWriter {
 
     /// Records that a sync of this file begun at length `len` completed.
     pub fn mark_synced(&mut self, len: u64) {
-        debug_assert!(len <= self.len, "a sync covers written bytes only");
+        assert!(len <= self.len, "a sync covers written bytes only");
         self.synced = self.synced.max(len);
     }
 

@@ -88,7 +88,7 @@ pub(crate) struct Tx {
 /// The index of column family `name` in [`COLUMN_FAMILIES`] (the `cf` byte of a commit record).
 fn cf_index(name: &str) -> u8 {
     let index = COLUMN_FAMILIES.iter().position(|cf| *cf == name);
-    debug_assert!(index.is_some(), "unknown column family {name}");
+    assert!(index.is_some(), "unknown column family {name}");
     index.map_or(u8::MAX, |i| i as u8)
 }
 
