@@ -174,3 +174,47 @@ fn inspect_and_verify_print_json_when_asked() {
         .unwrap()
         .ends_with(".seg"));
 }
+
+#[test]
+fn backup_and_restore_copy_a_store_that_verify_and_read_accept() {
+    let dir = store_with_a_log();
+    let scratch = tempfile::tempdir().unwrap();
+    let (backup, restored) = (
+        scratch.path().join("backup"),
+        scratch.path().join("restored"),
+    );
+    let os = std::ffi::OsStr::new;
+    let report: serde_json::Value = serde_json::from_str(&strata(&[
+        os("backup"),
+        dir.path().as_os_str(),
+        backup.as_os_str(),
+        os("--json"),
+    ]))
+    .unwrap();
+    assert_eq!(report["logs"], 1);
+    // A second backup to the same place is refused, naming it.
+    let again = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([os("backup"), dir.path().as_os_str(), backup.as_os_str()])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+    let text = strata(&[os("restore"), backup.as_os_str(), restored.as_os_str()]);
+    assert!(text.starts_with("restored "), "{text}");
+    let verify: serde_json::Value =
+        serde_json::from_str(&strata(&[os("verify"), restored.as_os_str(), os("--json")])).unwrap();
+    assert_eq!(
+        (verify["ok"].clone(), verify["records"].clone()),
+        (true.into(), 20_000.into())
+    );
+    let tail = |d: &std::path::Path| {
+        strata(&[
+            os("tail"),
+            d.as_os_str(),
+            os("events"),
+            os("--last"),
+            os("3"),
+        ])
+    };
+    assert_eq!(tail(&restored), tail(dir.path()));
+}

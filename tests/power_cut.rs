@@ -12,6 +12,7 @@
 //! [`FaultFs`]: strata::fs::FaultFs
 
 mod power_cut {
+    pub mod backup_paths;
     pub mod coordination_paths;
     pub mod group_paths;
     pub mod harness;
@@ -19,6 +20,7 @@ mod power_cut {
     pub mod positions_paths;
 }
 
+use power_cut::backup_paths::Backup;
 use power_cut::coordination_paths::Coordination;
 use power_cut::group_paths::Group;
 use power_cut::harness::{explore, explore_random, fail_each_operation, fill_disk_at_fractions};
@@ -104,4 +106,21 @@ fn consumer_positions_survive_every_power_cut_and_fault() {
     explore(&Positions, OpKinds::SYNC_RENAME_UNLINK);
     fail_each_operation(&Positions, 2);
     fill_disk_at_fractions(&Positions);
+}
+
+#[test]
+fn backup_and_restore_survive_every_power_cut_and_fault() {
+    let dry = power_cut::harness::Disk::new();
+    let mut acks = Default::default();
+    power_cut::harness::Workload::run(&Backup, &dry, &mut acks, &|| {});
+    let acks: power_cut::backup_paths::BackupAcks = acks;
+    assert!(
+        acks.backups.first().is_some_and(|a| a.done)
+            && acks.restores.first().is_some_and(|a| a.done),
+        "the dry run backs up and restores: {acks:?}"
+    );
+    let coverage = explore(&Backup, OpKinds::SYNC_RENAME_UNLINK);
+    println!("backup: {coverage:?}");
+    fail_each_operation(&Backup, 3);
+    fill_disk_at_fractions(&Backup);
 }

@@ -1,6 +1,6 @@
 //! The `strata` command line: demo, bench, inspect, verify, dump, read, tail, compact.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -150,6 +150,32 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         last: u64,
     },
+    /// Write a consistent copy of a store (its logs, a checkpoint of every group's state, the
+    /// local cold store) into a new directory, which `strata verify` and `strata restore` take.
+    /// Takes the store's lock; an application backs up an open store with `Store::backup`.
+    Backup {
+        /// Store directory.
+        dir: PathBuf,
+        /// Backup directory to create (must not exist).
+        dest: PathBuf,
+        /// Cold store of the groups (`file:///dir` or `s3://bucket?endpoint=...`); default
+        /// `<dir>/cold`.
+        #[arg(long)]
+        cold: Option<String>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore a backup into a new store directory.
+    Restore {
+        /// Backup directory (`strata backup` or `Store::backup` wrote it).
+        backup: PathBuf,
+        /// Store directory to create (must not exist).
+        dir: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run one keyed compaction pass over a log of a store.
     Compact {
         /// Store directory.
@@ -178,6 +204,13 @@ fn main() -> ExitCode {
         }
         Command::Inspect { dir, json: true } => inspect_json(&dir),
         Command::Verify { dir, cold, json } => verify(&dir, cold.as_deref(), json),
+        Command::Backup {
+            dir,
+            dest,
+            cold,
+            json,
+        } => backup(&dir, &dest, cold.as_deref(), json),
+        Command::Restore { backup, dir, json } => restore(&backup, &dir, json),
         Command::Dump { segment } => tool_result(strata::tools::dump_segment(
             &segment,
             &mut std::io::stdout(),
@@ -346,9 +379,23 @@ async fn verify_groups(
     dir: &std::path::Path,
     cold: Option<&str>,
 ) -> Result<Vec<(String, strata::group::GroupVerifyReport)>, String> {
+    let store = Store::open(dir).map_err(|e| e.to_string())?;
+    let mut reports = Vec::new();
+    for (name, engine) in open_groups(&store, cold)? {
+        reports.push((name, engine.verify().await));
+    }
+    Ok(reports)
+}
+
+/// Opens every group engine under `<store>/groups`, with the cold store `cold` (a URL) or
+/// `<store>/cold`.
+fn open_groups(
+    store: &Store,
+    cold: Option<&str>,
+) -> Result<Vec<(String, strata::group::DiskGroupEngine)>, String> {
     use strata::cold::ColdStore;
     use strata::group::{DiskGroupEngine, GroupOptions};
-    let groups_dir = dir.join("groups");
+    let groups_dir = store.root().join("groups");
     if !groups_dir.is_dir() {
         return Ok(Vec::new());
     }
@@ -359,21 +406,61 @@ async fn verify_groups(
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     names.sort();
-    let store = Store::open(dir).map_err(|e| e.to_string())?;
     let cold_store = match cold {
         Some(url) => ColdStore::from_url(url),
-        None => ColdStore::local(&dir.join("cold")),
+        None => ColdStore::local(&store.root().join("cold")),
     }
     .map_err(|e| e.to_string())?;
-    let mut reports = Vec::with_capacity(names.len());
-    for name in names {
-        let engine =
-            DiskGroupEngine::open(&store, &name, cold_store.clone(), GroupOptions::default())
-                .map_err(|e| format!("group {name}: {e}"))?;
-        let report = engine.verify().await;
-        reports.push((name, report));
+    names
+        .into_iter()
+        .map(|name| {
+            DiskGroupEngine::open(store, &name, cold_store.clone(), GroupOptions::default())
+                .map(|engine| (name.clone(), engine))
+                .map_err(|e| format!("group {name}: {e}"))
+        })
+        .collect()
+}
+
+/// `strata backup`: opens the store and its groups, and writes the backup.
+fn backup(dir: &Path, dest: &Path, cold: Option<&str>, json: bool) -> Result<(), String> {
+    let store = Store::open(dir).map_err(|e| e.to_string())?;
+    let _groups = open_groups(&store, cold)?;
+    let report = store.backup(dest).map_err(|e| e.to_string())?;
+    print_copy("backed up", dir, dest, &report, json);
+    Ok(())
+}
+
+/// `strata restore`.
+fn restore(backup: &Path, dir: &Path, json: bool) -> Result<(), String> {
+    let report = strata::store::backup::restore(backup, dir).map_err(|e| e.to_string())?;
+    print_copy("restored", backup, dir, &report, json);
+    Ok(())
+}
+
+fn print_copy(
+    what: &str,
+    from: &Path,
+    to: &Path,
+    r: &strata::store::backup::BackupReport,
+    json: bool,
+) {
+    if json {
+        say!(
+            "{}",
+            serde_json::json!({"from": from, "to": to, "logs": r.logs, "groups": r.groups,
+                "files": r.files, "bytes": r.bytes})
+        );
+    } else {
+        say!(
+            "{what} {} to {}: {} log(s), {} group(s), {} file(s), {} byte(s) (group checkpoints not counted)",
+            from.display(),
+            to.display(),
+            r.logs,
+            r.groups,
+            r.files,
+            r.bytes
+        );
     }
-    Ok(reports)
 }
 
 /// Opens the existing log `name` of the store in `dir`.

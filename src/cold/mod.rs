@@ -16,7 +16,7 @@ pub use object::{
     COLD_OBJECT_SUFFIX, COLD_OBJECT_VERSION,
 };
 #[cfg(feature = "ursula")]
-pub use store::{ColdStore, S3Config, UploadGuard, COLD_CACHE_BYTES};
+pub use store::{ColdStore, DeleteHold, S3Config, UploadGuard, COLD_CACHE_BYTES};
 
 /// Errors of the cold tier.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +41,12 @@ pub enum ColdError {
     /// The cold store URL or options were not usable.
     #[error("invalid cold store configuration: {0}")]
     Config(String),
+    /// A backup holds deletions (see `ColdStore::hold_deletes`); retry after it ends.
+    #[error("cold object {path} not deleted: a backup in progress holds deletions")]
+    DeletesHeld {
+        /// Object path.
+        path: String,
+    },
     /// A local directory could not be created.
     #[error("cold store directory {path}: {source}")]
     Io {

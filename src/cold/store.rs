@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -34,6 +35,21 @@ pub struct ColdStore {
     cache: Arc<Mutex<ObjectCache>>,
     /// Objects whose upload began and has not ended: the orphan sweep leaves them alone.
     uploading: Arc<Mutex<HashSet<String>>>,
+    /// Backups in progress that need every object kept (see [`ColdStore::hold_deletes`]).
+    delete_holds: Arc<AtomicUsize>,
+}
+
+/// Refuses [`ColdStore::delete`] until dropped (a backup copying what the objects' group
+/// state references).
+#[derive(Debug)]
+pub struct DeleteHold {
+    holds: Arc<AtomicUsize>,
+}
+
+impl Drop for DeleteHold {
+    fn drop(&mut self) {
+        self.holds.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// An upload in flight, registered with its [`ColdStore`] until dropped.
@@ -88,7 +104,23 @@ impl ColdStore {
             description,
             cache: Arc::new(Mutex::new(ObjectCache::new(COLD_CACHE_BYTES))),
             uploading: Arc::new(Mutex::new(HashSet::new())),
+            delete_holds: Arc::default(),
         }
+    }
+
+    /// Holds every deletion through this store (and its clones) until the guard drops:
+    /// [`ColdStore::delete`] fails with [`ColdError::DeletesHeld`], and cold GC and the orphan
+    /// sweep leave their work for a later run.
+    pub fn hold_deletes(&self) -> DeleteHold {
+        self.delete_holds.fetch_add(1, Ordering::AcqRel);
+        DeleteHold {
+            holds: self.delete_holds.clone(),
+        }
+    }
+
+    /// True while a [`DeleteHold`] is alive.
+    pub fn deletes_held(&self) -> bool {
+        self.delete_holds.load(Ordering::Acquire) > 0
     }
 
     /// The same store with an object cache of at most `bytes` decoded bytes (default
@@ -271,6 +303,11 @@ impl ColdStore {
     /// Deletes an object (durably, for the local store); deleting an absent object succeeds
     /// (GC is idempotent).
     pub async fn delete(&self, path: &str) -> Result<(), ColdError> {
+        if self.deletes_held() {
+            return Err(ColdError::DeletesHeld {
+                path: path.to_string(),
+            });
+        }
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -293,6 +293,12 @@ impl FileSystem for FaultFs {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<FileRef> {
         let mut state = self.lock();
         let existing = state.tree.lookup(path)?;
+        if mode == OpenMode::Read && existing.is_none() && self.inside_native(&state, path) {
+            // An engine's own file (a backup reading a RocksDB checkpoint): reading it changes
+            // nothing the layer tracks.
+            state.check_alive()?;
+            return super::RealFs.open(path, mode);
+        }
         match (mode, existing) {
             (OpenMode::Read, _) => state.check_alive()?,
             (OpenMode::ReadWrite, _) => state.admit(OpKind::Write, path)?,
@@ -379,6 +385,13 @@ impl FileSystem for FaultFs {
         let state = self.lock();
         state.check_alive()?;
         let ino = state.tree.lookup(path)?;
+        let native = ino.and_then(|i| state.tree.nodes.get(&i));
+        if matches!(native, Some(Node::Native(_)))
+            || (ino.is_none() && self.inside_native(&state, path))
+        {
+            // The engine's names, as they are on disk.
+            return super::RealFs.read_dir(path);
+        }
         let Some(Node::Dir(dir)) = ino.and_then(|i| state.tree.nodes.get(&i)) else {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,

@@ -16,6 +16,7 @@
 //! and announce each of their durability points with [`FileSystem::external_sync`], so the
 //! fault layer can cut the power there too and keep what such an engine promises.
 
+mod copy;
 mod fault;
 mod image;
 mod no_sync;
@@ -31,6 +32,7 @@ use bytes::Bytes;
 
 use crate::error::{IoContext, StoreResult};
 
+pub use copy::{copy_file, copy_tree, CopyReport};
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use no_sync::NoSyncFs;

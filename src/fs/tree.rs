@@ -288,8 +288,28 @@ impl Tree {
         let dir = self.dir_mut(parent)?;
         let replaced = dir.current.get(&name).copied();
         dir.apply(DirOp::Link(name, ino));
-        if let Some(Node::File(file)) = self.nodes.get_mut(&ino) {
-            file.real = to.to_path_buf();
+        // The real paths under a renamed directory move with it.
+        let moved = |real: &Path| {
+            let rest = real.strip_prefix(from).ok()?;
+            Some(match rest.as_os_str().is_empty() {
+                true => to.to_path_buf(),
+                false => to.join(rest),
+            })
+        };
+        for node in self.nodes.values_mut() {
+            match node {
+                Node::File(file) => {
+                    if let Some(new) = moved(&file.real) {
+                        file.real = new;
+                    }
+                }
+                Node::Native(real) => {
+                    if let Some(new) = moved(real) {
+                        *real = new;
+                    }
+                }
+                Node::Dir(_) => {}
+            }
         }
         Ok((ino, replaced.filter(|&r| r != ino)))
     }

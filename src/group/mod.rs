@@ -63,6 +63,7 @@ use persist::{db, payload};
 use state::{integrity, streams};
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ursula_runtime::{GroupEngineError, GroupEngineMetrics};
@@ -164,6 +165,8 @@ pub struct DiskGroupEngine {
     stale: bool,
     /// Where each commit is reported (ursula's runtime metrics), and as which placement.
     metrics: Option<(GroupEngineMetrics, ShardPlacement)>,
+    /// Registered (weakly) with the store for backups while the engine lives.
+    _backup: Arc<persist::backup::GroupBackup>,
 }
 
 impl std::fmt::Debug for DiskGroupEngine {
@@ -203,6 +206,16 @@ impl DiskGroupEngine {
         let db = GroupDb::open(store.fs(), &dir, payloads.commit_end()?)?;
         replay(&db, &payloads)?;
         let state = db.load()?;
+        let (rocks, fs, rocks_dir) = db.shared();
+        let backup = Arc::new(persist::backup::GroupBackup {
+            db: rocks,
+            fs,
+            dir: rocks_dir,
+            payloads: payloads.log().clone(),
+            cold: cold.clone(),
+        });
+        let source: Arc<dyn crate::store::backup::BackupSource> = backup.clone();
+        store.register_backup_source(name, Arc::downgrade(&source));
         Ok(Self {
             name: name.to_string(),
             db,
@@ -215,6 +228,7 @@ impl DiskGroupEngine {
             busy: false,
             stale: false,
             metrics: None,
+            _backup: backup,
         })
     }
 

@@ -17,6 +17,7 @@
 //! time a read crosses it.
 
 mod append;
+mod backup;
 mod clean_close;
 mod commit;
 pub mod compaction;
@@ -28,6 +29,7 @@ pub mod partition;
 mod replay;
 mod request;
 pub mod retention;
+pub use backup::DeletionHold;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -169,6 +171,7 @@ impl Log {
             maintenance_status: Mutex::new(MaintenanceStatus::default()),
             background: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
+            deletion_holds: Arc::default(),
         });
         inner.start_background()?;
         let log = Log { inner };

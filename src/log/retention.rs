@@ -121,13 +121,17 @@ impl Log {
 impl Log {
     /// Deletes the sealed segments of `partition` whose records all lie below `offset` (the
     /// owner of the data decided nothing there is referenced any more). The active segment is
-    /// never deleted.
+    /// never deleted. While a [`super::DeletionHold`] is alive (a backup copying this log)
+    /// nothing is deleted and the report is empty: the owner deletes them on a later call.
     pub fn delete_segments_before(
         &self,
         partition: u32,
         offset: i64,
     ) -> StoreResult<RetentionReport> {
         let partition = self.partition(partition)?;
+        if self.deletions_held() {
+            return Ok(RetentionReport::default());
+        }
         let _guard = partition
             .maintenance
             .lock()

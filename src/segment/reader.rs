@@ -298,6 +298,11 @@ impl ActiveSegment {
         self.committed_len.load(Ordering::Acquire)
     }
 
+    /// The readable prefix of the segment (header and published batches), as a pinned view.
+    pub fn committed_bytes(&self) -> Bytes {
+        self.view().0.bytes
+    }
+
     /// Makes `len` bytes readable (called by the writer once they are durable or acknowledged).
     pub fn publish(&self, len: u64) {
         self.committed_len.fetch_max(len, Ordering::AcqRel);

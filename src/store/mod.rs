@@ -1,5 +1,6 @@
 //! The store: one directory, one opener at a time (LOCK), a MANIFEST of logs, and the logs.
 
+pub mod backup;
 pub mod lock;
 pub mod manifest;
 mod temporary;
@@ -49,6 +50,8 @@ struct StoreInner {
     manifest: Mutex<Manifest>,
     logs: Mutex<HashMap<String, Log>>,
     shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// Parts that write their own state, for [`Store::backup`].
+    backup_sources: Mutex<Vec<(String, std::sync::Weak<dyn backup::BackupSource>)>>,
 }
 
 /// An open store directory. Cheap to clone.
@@ -98,6 +101,7 @@ impl Store {
                 manifest: Mutex::new(manifest),
                 logs: Mutex::new(HashMap::new()),
                 shared: Mutex::new(HashMap::new()),
+                backup_sources: Mutex::new(Vec::new()),
             }),
         })
     }

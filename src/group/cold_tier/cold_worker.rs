@@ -253,6 +253,10 @@ impl DiskGroupEngine {
         max: usize,
         placement: ShardPlacement,
     ) -> Result<ColdGcReport, GroupEngineError> {
+        if self.cold.deletes_held() {
+            // A backup copies what the queue still names; the entries wait for the next pass.
+            return Ok(ColdGcReport::default());
+        }
         let entries = self.plan_cold_gc_inner(max);
         let mut report = ColdGcReport::default();
         let mut acked = None;
@@ -313,6 +317,9 @@ impl DiskGroupEngine {
     }
 
     async fn sweep_orphan_objects_steps(&mut self) -> Result<u64, GroupEngineError> {
+        if self.cold.deletes_held() {
+            return Ok(0);
+        }
         let now = u64::try_from(crate::now_ms()).unwrap_or(0);
         let grace = u64::try_from(self.options.orphan_grace.as_millis()).unwrap_or(u64::MAX);
         let referenced: std::collections::HashSet<&str> = self

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rocksdb::{
     ColumnFamilyDescriptor, Direction, FlushOptions, IteratorMode, Options, WriteBatch,
@@ -70,7 +71,8 @@ const META_REPLAY_FROM: &[u8] = b"replay_from";
 
 /// The open database.
 pub(crate) struct GroupDb {
-    db: DB,
+    /// Shared with the group's backup source (`super::backup`), which checkpoints it.
+    db: Arc<DB>,
     /// The file layer, told of every durability point of RocksDB (see [`crate::fs`]).
     fs: Fs,
     dir: PathBuf,
@@ -110,7 +112,7 @@ impl GroupDb {
             .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
         let db = DB::open_cf_descriptors(&options, dir, families)?;
         let this = Self {
-            db,
+            db: Arc::new(db),
             fs: fs.clone(),
             dir: dir.to_path_buf(),
         };
@@ -547,6 +549,11 @@ impl GroupDb {
                 .map(u64::from_be_bytes)
                 .map_err(|_| GroupError::Corrupt("meta value".into())),
         }
+    }
+
+    /// The database, its file layer and its directory, for a backup source.
+    pub fn shared(&self) -> (Arc<DB>, Fs, PathBuf) {
+        (self.db.clone(), self.fs.clone(), self.dir.clone())
     }
 
     /// Makes every applied batch durable: one atomic flush of all column families (announced to
