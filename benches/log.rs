@@ -117,10 +117,8 @@ fn visit_range(c: &mut Criterion) {
         .open_log(
             "v",
             1,
-            LogOptions {
-                durability: strata::Durability::Interval(Duration::from_millis(100)),
-                ..LogOptions::default()
-            },
+            LogOptions::default()
+                .with_durability(strata::Durability::Interval(Duration::from_millis(100))),
         )
         .unwrap();
     let value = Bytes::from(vec![1u8; 256]);
@@ -167,15 +165,12 @@ fn compaction(c: &mut Criterion) {
             for _ in 0..iters {
                 let dir = tempfile::tempdir().unwrap();
                 let store = Store::open(dir.path()).unwrap();
-                let options = LogOptions {
-                    durability: strata::Durability::Interval(Duration::from_millis(100)),
-                    segment_bytes: 256 << 10,
-                    compaction: CompactionPolicy {
-                        delete_retention: Duration::ZERO,
-                        ..CompactionPolicy::default()
-                    },
-                    ..LogOptions::default()
-                };
+                let options = LogOptions::default()
+                    .with_durability(strata::Durability::Interval(Duration::from_millis(100)))
+                    .with_segment_bytes(256 << 10)
+                    .with_compaction(
+                        CompactionPolicy::default().with_delete_retention(Duration::ZERO),
+                    );
                 let log = store.open_log("c", 1, options).unwrap();
                 let log = Arc::new(log);
                 rt.block_on(async {

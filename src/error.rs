@@ -9,6 +9,7 @@ use crate::segment::{DecodeError, EncodeError};
 
 /// What went wrong inside Strata's storage layers.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// An operating-system I/O call failed.
     #[error("I/O error on {path}: {source}")]

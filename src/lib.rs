@@ -37,6 +37,9 @@
 
 #![deny(missing_docs)]
 
+#[macro_use]
+mod setters;
+
 pub mod blocking;
 pub mod cold;
 pub mod coordination;

@@ -28,22 +28,15 @@ fn placement() -> ShardPlacement {
 }
 
 fn group_options() -> GroupOptions {
-    GroupOptions {
-        payload_log: LogOptions {
-            segment_bytes: 4096,
-            ..LogOptions::default()
-        },
-        orphan_grace: std::time::Duration::ZERO,
-        ..GroupOptions::default()
-    }
+    GroupOptions::default()
+        .with_payload_log(LogOptions::default().with_segment_bytes(4096))
+        .with_orphan_grace(std::time::Duration::ZERO)
 }
 
 fn events_options() -> LogOptions {
-    LogOptions {
-        segment_bytes: 8192,
-        durability: Durability::Sync,
-        ..LogOptions::default()
-    }
+    LogOptions::default()
+        .with_segment_bytes(8192)
+        .with_durability(Durability::Sync)
 }
 
 fn open_group(store: &Store, dir: &Path) -> DiskGroupEngine {
@@ -226,10 +219,7 @@ async fn a_backup_holds_deletions_of_payload_segments_and_cold_objects() {
         .open_log_as(
             "owned",
             1,
-            LogOptions {
-                segment_bytes: 4096,
-                ..LogOptions::default()
-            },
+            LogOptions::default().with_segment_bytes(4096),
             strata::log::LogOwner::Layer,
         )
         .expect("log");

@@ -58,10 +58,7 @@ fn data_len(dir: &Path, base: i64) -> usize {
 /// Writes three batches into a sealed segment 0 and one into the active segment.
 /// Small segments, so tests that rewrite whole files stay fast.
 fn small() -> LogOptions {
-    LogOptions {
-        segment_bytes: 4096,
-        ..LogOptions::default()
-    }
+    LogOptions::default().with_segment_bytes(4096)
 }
 
 fn build(dir: &Path) {
@@ -154,10 +151,7 @@ fn damage_inside_the_last_segment_is_an_error_naming_the_batch_unless_salvaging(
     std::fs::remove_file(dir.path().join("logs/l/CLEAN")).unwrap();
     expect_third(open(dir.path(), LogOptions::default()).map(|_| 0));
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing was cut");
-    let salvage = LogOptions {
-        recovery: RecoveryMode::Salvage,
-        ..LogOptions::default()
-    };
+    let salvage = LogOptions::default().with_recovery(RecoveryMode::Salvage);
     let (_s, log) = open(dir.path(), salvage).unwrap();
     assert_eq!(log.high_water_mark(0).unwrap(), 4);
     assert_eq!(read_everything(&log).unwrap(), 4);
@@ -177,10 +171,7 @@ fn a_torn_tail_is_cut_and_every_acknowledged_record_survives() {
     torn[end..end + 40].copy_from_slice(&clean[32..32 + 40]);
     std::fs::write(&path, &torn).unwrap();
 
-    let strict = LogOptions {
-        recovery: RecoveryMode::AbsoluteConsistency,
-        ..LogOptions::default()
-    };
+    let strict = LogOptions::default().with_recovery(RecoveryMode::AbsoluteConsistency);
     assert!(
         matches!(open(dir.path(), strict), Err(StoreError::Corrupt { offset, .. }) if offset == end as u64)
     );
@@ -253,10 +244,9 @@ fn crash_after_rounds(dir: &Path, batches: usize, sync_after: &[usize]) -> (Path
     let starts = rt.block_on(async {
         let options = strata::StoreOptions::default().with_fs(fs.shared());
         let store = Store::open_with(&disk, options).unwrap();
-        let buffered = LogOptions {
-            durability: strata::Durability::Interval(std::time::Duration::from_secs(3600)),
-            ..LogOptions::default()
-        };
+        let buffered = LogOptions::default().with_durability(strata::Durability::Interval(
+            std::time::Duration::from_secs(3600),
+        ));
         let log = store.open_log("l", 1, buffered).unwrap();
         let mut starts = Vec::new();
         for n in 0..batches {

@@ -20,10 +20,7 @@ fn payload(partition: i32, writer: usize, seq: usize) -> String {
 
 fn options() -> LogOptions {
     // Small segments so kills land around segment rolls too.
-    LogOptions {
-        segment_bytes: 16 << 10,
-        ..LogOptions::default()
-    }
+    LogOptions::default().with_segment_bytes(16 << 10)
 }
 
 /// The child: only runs when the parent sets the environment variable.

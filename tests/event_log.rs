@@ -392,14 +392,9 @@ async fn visit_range_reads_exactly_the_range_and_stops_on_visitor_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        segment_bytes: 64 << 10,
-        compaction: CompactionPolicy {
-            delete_retention: Duration::ZERO,
-            ..CompactionPolicy::default()
-        },
-        ..LogOptions::default()
-    };
+    let options = LogOptions::default()
+        .with_segment_bytes(64 << 10)
+        .with_compaction(CompactionPolicy::default().with_delete_retention(Duration::ZERO));
     let (_s, log) = open(dir.path(), 1, options);
     let big = Bytes::from(vec![7u8; 20_000]);
     // 300 records of 20 kB: about 6 MB, several pages of 1 MiB and ~90 segments.
@@ -437,14 +432,13 @@ async fn visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn low_water_marks_follow_retention() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        segment_bytes: 4096,
-        retention: RetentionPolicy {
-            max_bytes: Some(8192),
-            max_age: None,
-        },
-        ..LogOptions::default()
-    };
+    let options = LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_retention(
+            RetentionPolicy::default()
+                .with_max_bytes(Some(8192))
+                .with_max_age(None),
+        );
     let (_s, log) = open(dir.path(), 1, options);
     for i in 0..100 {
         log.publish(0, Bytes::from(format!("{i:0>200}")))

@@ -30,13 +30,7 @@ fn placement() -> ShardPlacement {
 }
 
 fn small_segments() -> GroupOptions {
-    GroupOptions {
-        payload_log: LogOptions {
-            segment_bytes: 4096,
-            ..LogOptions::default()
-        },
-        ..GroupOptions::default()
-    }
+    GroupOptions::default().with_payload_log(LogOptions::default().with_segment_bytes(4096))
 }
 
 fn open(dir: &std::path::Path) -> (Arc<Store>, DiskGroupEngine) {

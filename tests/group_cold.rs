@@ -33,15 +33,10 @@ fn placement() -> ShardPlacement {
 }
 
 fn options() -> GroupOptions {
-    GroupOptions {
-        payload_log: LogOptions {
-            segment_bytes: 4096,
-            ..LogOptions::default()
-        },
-        // These tests sweep right after uploading; the grace period has its own test.
-        orphan_grace: std::time::Duration::ZERO,
-        ..GroupOptions::default()
-    }
+    // These tests sweep right after uploading; the grace period has its own test.
+    GroupOptions::default()
+        .with_payload_log(LogOptions::default().with_segment_bytes(4096))
+        .with_orphan_grace(std::time::Duration::ZERO)
 }
 
 fn open(dir: &Path, cold: ColdStore) -> (Arc<Store>, DiskGroupEngine) {
@@ -259,14 +254,12 @@ async fn cold_lifecycle_on_a_local_directory() {
 async fn cold_lifecycle_on_s3_over_loopback() {
     let moto = s3_harness::start("strata-cold");
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = S3Config {
-        bucket: "strata-cold".into(),
-        endpoint: Some(moto.endpoint.clone()),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("test".into()),
-        secret_access_key: Some("test".into()),
-        allow_http: true,
-    };
+    let config = S3Config::new("strata-cold")
+        .with_endpoint(Some(moto.endpoint.clone()))
+        .with_region(Some("us-east-1".into()))
+        .with_access_key_id(Some("test".into()))
+        .with_secret_access_key(Some("test".into()))
+        .with_allow_http(true);
     lifecycle(dir.path(), || {
         ColdStore::s3(&config).expect("s3 cold store")
     })
@@ -621,10 +614,7 @@ async fn the_sweep_spares_young_uploads_and_flush_refuses_a_missing_object() {
     let p = placement();
     let store = Arc::new(Store::open(dir.path()).expect("store"));
     let cold = ColdStore::local(&dir.path().join("cold")).expect("cold");
-    let graceful = GroupOptions {
-        orphan_grace: std::time::Duration::from_secs(3600),
-        ..options()
-    };
+    let graceful = options().with_orphan_grace(std::time::Duration::from_secs(3600));
     let mut engine = DiskGroupEngine::open(&store, "cold", cold, graceful).expect("engine");
     let id = BucketStreamId::new("tenant", "events");
     create_stream(&mut engine, &id).await;

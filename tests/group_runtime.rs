@@ -122,14 +122,14 @@ async fn the_runtimes_cold_gc_never_takes_a_recreated_streams_objects() {
     let moto = s3_harness::start("shared-cold");
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(Store::open(dir.path()).expect("store"));
-    let strata_cold = ColdStore::s3(&S3Config {
-        bucket: "shared-cold".into(),
-        endpoint: Some(moto.endpoint.clone()),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("test".into()),
-        secret_access_key: Some("test".into()),
-        allow_http: true,
-    })
+    let strata_cold = ColdStore::s3(
+        &S3Config::new("shared-cold")
+            .with_endpoint(Some(moto.endpoint.clone()))
+            .with_region(Some("us-east-1".into()))
+            .with_access_key_id(Some("test".into()))
+            .with_secret_access_key(Some("test".into()))
+            .with_allow_http(true),
+    )
     .expect("strata's view of the bucket");
     let runtime_cold = ursula_runtime::ColdStore::try_new(&ursula_config::ColdConfig {
         backend: ursula_config::ColdBackend::S3,

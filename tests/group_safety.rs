@@ -81,13 +81,11 @@ async fn only_the_engine_trims_its_payload_log() {
     store.close_blocking().unwrap();
     drop(store);
     let store = Store::open(dir.path()).unwrap();
-    let trimming = LogOptions {
-        retention: RetentionPolicy {
-            max_bytes: Some(1),
-            max_age: None,
-        },
-        ..LogOptions::default()
-    };
+    let trimming = LogOptions::default().with_retention(
+        RetentionPolicy::default()
+            .with_max_bytes(Some(1))
+            .with_max_age(None),
+    );
     let refused = store.open_log("__group_safe", 8, trimming).unwrap_err();
     assert!(refused.to_string().contains("owned"), "{refused}");
     drop(store);
@@ -120,13 +118,9 @@ async fn state_never_references_an_unsynced_payload_or_another_streams_record() 
     let dir = tempfile::tempdir().unwrap();
     // A payload log that acknowledges before syncing is refused, naming the option.
     let store = Arc::new(Store::open(dir.path()).unwrap());
-    let buffered = GroupOptions {
-        payload_log: LogOptions {
-            durability: Durability::Interval(Duration::from_millis(50)),
-            ..LogOptions::default()
-        },
-        ..GroupOptions::default()
-    };
+    let buffered = GroupOptions::default().with_payload_log(
+        LogOptions::default().with_durability(Durability::Interval(Duration::from_millis(50))),
+    );
     let cold = ColdStore::local(&dir.path().join("cold")).unwrap();
     let refused = DiskGroupEngine::open(&store, "safe", cold, buffered).unwrap_err();
     assert!(
@@ -174,10 +168,7 @@ async fn state_never_references_an_unsynced_payload_or_another_streams_record() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_by_record_coordinates_are_bounded_like_reads_by_offset() {
     let dir = tempfile::tempdir().unwrap();
-    let options = GroupOptions {
-        max_read_bytes: 1024,
-        ..GroupOptions::default()
-    };
+    let options = GroupOptions::default().with_max_read_bytes(1024);
     let (_store, mut engine) = open_with(dir.path(), options);
     let id = BucketStreamId::new("tenant", "json");
     create(&mut engine, &id, JSON).await;

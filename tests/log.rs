@@ -36,11 +36,9 @@ fn read_all(log: &Log, partition: u32) -> Vec<Record> {
 }
 
 fn small_segments() -> LogOptions {
-    LogOptions {
-        segment_bytes: 4096,
-        index_interval_bytes: 512,
-        ..LogOptions::default()
-    }
+    LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_index_interval_bytes(512)
 }
 
 #[test]
@@ -148,10 +146,8 @@ async fn segments_roll_and_reads_cross_them_before_and_after_reopen() {
 async fn small_pages_read_a_large_active_segment_across_chunk_boundaries() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let buffered = LogOptions {
-        durability: Durability::Interval(Duration::from_secs(60)),
-        ..LogOptions::default()
-    };
+    let buffered =
+        LogOptions::default().with_durability(Durability::Interval(Duration::from_secs(60)));
     let log = store.open_log("l", 1, buffered).unwrap();
     // 3000 one-record batches of 120-250 bytes in the active segment: reads go through chunks
     // whose edges fall inside batch headers and bodies.
@@ -253,10 +249,8 @@ async fn concurrent_sync_appends_share_fdatasyncs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interval_durability_acknowledges_before_sync_and_syncs_on_demand() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        durability: Durability::Interval(Duration::from_secs(3600)),
-        ..LogOptions::default()
-    };
+    let options =
+        LogOptions::default().with_durability(Durability::Interval(Duration::from_secs(3600)));
     {
         let store = Store::open(dir.path()).unwrap();
         let log = store.open_log("l", 1, options.clone()).unwrap();
@@ -287,10 +281,7 @@ async fn zstd_batches_round_trip_and_shrink_repetitive_data() {
         .open_log(
             "zstd",
             1,
-            LogOptions {
-                compression: Compression::Zstd { level: 3 },
-                ..LogOptions::default()
-            },
+            LogOptions::default().with_compression(Compression::Zstd { level: 3 }),
         )
         .unwrap();
     let records: Vec<NewRecord> = (0..200)
@@ -345,13 +336,11 @@ async fn bad_appends_are_refused_without_writing() {
 async fn retention_by_size_and_age_deletes_whole_segments_and_advances_the_low_water_mark() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let options = LogOptions {
-        retention: RetentionPolicy {
-            max_bytes: None,
-            max_age: Some(Duration::from_secs(60)),
-        },
-        ..small_segments()
-    };
+    let options = small_segments().with_retention(
+        RetentionPolicy::default()
+            .with_max_bytes(None)
+            .with_max_age(Some(Duration::from_secs(60))),
+    );
     let log = store.open_log("l", 1, options).unwrap();
     let now = 10_000_000;
     for i in 0..100 {
@@ -397,13 +386,11 @@ async fn retention_by_size_and_age_deletes_whole_segments_and_advances_the_low_w
 async fn retention_by_size_keeps_the_partition_under_its_budget() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let options = LogOptions {
-        retention: RetentionPolicy {
-            max_bytes: Some(10_000),
-            max_age: None,
-        },
-        ..small_segments()
-    };
+    let options = small_segments().with_retention(
+        RetentionPolicy::default()
+            .with_max_bytes(Some(10_000))
+            .with_max_age(None),
+    );
     let log = store.open_log("l", 1, options).unwrap();
     for i in 0..200 {
         log.append(0, vec![value(&format!("{i:0>150}"))])
@@ -420,13 +407,9 @@ async fn retention_by_size_keeps_the_partition_under_its_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_keeps_the_latest_value_per_key_with_offsets_and_gaps() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        compaction: CompactionPolicy {
-            delete_retention: Duration::from_secs(60),
-            ..CompactionPolicy::default()
-        },
-        ..small_segments()
-    };
+    let options = small_segments().with_compaction(
+        CompactionPolicy::default().with_delete_retention(Duration::from_secs(60)),
+    );
     let now = 50_000_000;
     let store = Store::open(dir.path()).unwrap();
     let log = store.open_log("l", 1, options.clone()).unwrap();
@@ -486,13 +469,8 @@ async fn compaction_keeps_the_latest_value_per_key_with_offsets_and_gaps() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bounded_key_map_compacts_a_prefix_per_pass_and_converges() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        compaction: CompactionPolicy {
-            max_key_map_bytes: 1,
-            ..CompactionPolicy::default()
-        },
-        ..small_segments()
-    };
+    let options =
+        small_segments().with_compaction(CompactionPolicy::default().with_max_key_map_bytes(1));
     let store = Store::open(dir.path()).unwrap();
     let log = store.open_log("l", 1, options).unwrap();
     for round in 0..10 {
@@ -537,14 +515,13 @@ async fn a_bounded_key_map_compacts_a_prefix_per_pass_and_converges() {
 async fn background_maintenance_applies_retention() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let options = LogOptions {
-        retention: RetentionPolicy {
-            max_bytes: Some(5_000),
-            max_age: None,
-        },
-        maintenance_interval: Some(Duration::from_millis(20)),
-        ..small_segments()
-    };
+    let options = small_segments()
+        .with_retention(
+            RetentionPolicy::default()
+                .with_max_bytes(Some(5_000))
+                .with_max_age(None),
+        )
+        .with_maintenance_interval(Some(Duration::from_millis(20)));
     let log = store.open_log("l", 1, options).unwrap();
     for i in 0..100 {
         log.append(0, vec![value(&format!("{i:0>150}"))])
@@ -624,10 +601,7 @@ async fn a_full_disk_during_a_roll_recovers_by_itself_once_space_returns() {
     use strata::fs::FaultPlan;
     let dir = tempfile::tempdir().unwrap();
     let (fs, store) = common::fault_store(dir.path());
-    let options = LogOptions {
-        segment_bytes: 4096,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::default().with_segment_bytes(4096);
     let log = store.open_log("full", 1, options).unwrap();
     let record = || vec![NewRecord::value(1, Bytes::from(vec![7u8; 1000]))];
     for _ in 0..3 {
@@ -661,14 +635,13 @@ async fn a_failing_partition_does_not_stop_maintenance_of_the_others_and_is_repo
     use strata::fs::{FaultPlan, OpKind, OpKinds};
     let dir = tempfile::tempdir().unwrap();
     let (fs, store) = common::fault_store(dir.path());
-    let options = LogOptions {
-        segment_bytes: 4096,
-        retention: RetentionPolicy {
-            max_bytes: Some(4096),
-            max_age: None,
-        },
-        ..LogOptions::default()
-    };
+    let options = LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_retention(
+            RetentionPolicy::default()
+                .with_max_bytes(Some(4096))
+                .with_max_age(None),
+        );
     let log = store.open_log("kept", 2, options).unwrap();
     for p in 0..2 {
         for _ in 0..12 {
@@ -706,14 +679,13 @@ async fn a_failing_partition_does_not_stop_maintenance_of_the_others_and_is_repo
 async fn records_held_after_retention_pin_their_segment_and_say_how_much() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let options = LogOptions {
-        segment_bytes: 4096,
-        retention: RetentionPolicy {
-            max_bytes: Some(4096),
-            max_age: None,
-        },
-        ..LogOptions::default()
-    };
+    let options = LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_retention(
+            RetentionPolicy::default()
+                .with_max_bytes(Some(4096))
+                .with_max_age(None),
+        );
     let log = store.open_log("pins", 1, options).unwrap();
     for _ in 0..12 {
         log.append(0, vec![NewRecord::value(1, Bytes::from(vec![3u8; 900]))])
@@ -783,11 +755,9 @@ async fn a_real_full_disk_answers_no_space_and_the_log_recovers_once_space_is_fr
     let root = tmpfs.dir.path().join("store");
     let filler = tmpfs.dir.path().join("filler");
     std::fs::write(&filler, vec![0u8; 1 << 20]).unwrap();
-    let options = LogOptions {
-        segment_bytes: 256 << 10,
-        journal_bytes: 256 << 10,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::default()
+        .with_segment_bytes(256 << 10)
+        .with_journal_bytes(256 << 10);
     let mut acked = Vec::new();
     {
         let store = Store::open(&root).unwrap();
@@ -848,10 +818,7 @@ fn many_async_appenders_wait_once_unsynced_journal_bytes_reach_the_bound() {
     let dir = tempfile::tempdir().unwrap();
     let (fs, store) = common::fault_store(dir.path());
     let bound = 64 << 10;
-    let options = LogOptions {
-        max_unsynced_bytes: bound,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::default().with_max_unsynced_bytes(bound);
     let log = store.open_log("bounded", 2, options).unwrap();
     fs.set_sync_delay(Duration::from_millis(20));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -971,4 +938,46 @@ fn a_temporary_store_serves_a_test_and_leaves_nothing_behind() {
     assert!(fault.count(OpKinds::only(OpKind::Write)) > 0);
     assert_eq!(fault.count(OpKinds::only(OpKind::Sync)), 0);
     assert_eq!(fault.count(OpKinds::only(OpKind::DirSync)), 0);
+}
+
+#[test]
+fn every_out_of_range_option_is_refused_at_open_naming_the_option() {
+    use strata::log::options::{CompactionPolicy, LogOptions as O};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let d = O::default;
+    let cases: Vec<(O, &str)> = vec![
+        (d().with_segment_bytes(100), "segment_bytes"),
+        (d().with_segment_bytes(1 << 33), "segment_bytes"),
+        (d().with_index_interval_bytes(0), "index_interval_bytes"),
+        (
+            d().with_compression(strata::Compression::Zstd { level: 40 }),
+            "compression",
+        ),
+        (
+            d().with_compaction(CompactionPolicy::default().with_min_cleanable_ratio(1.5)),
+            "compaction.min_cleanable_ratio",
+        ),
+        (
+            d().with_compaction(CompactionPolicy::default().with_max_key_map_bytes(10)),
+            "compaction.max_key_map_bytes",
+        ),
+        (
+            d().with_maintenance_interval(Some(Duration::ZERO)),
+            "maintenance_interval",
+        ),
+        (d().with_max_group_commit(0), "max_group_commit"),
+        (d().with_journal_bytes(1), "journal_bytes"),
+        (d().with_max_unsynced_bytes(1 << 40), "max_unsynced_bytes"),
+        (
+            d().with_durability(strata::Durability::Interval(Duration::ZERO)),
+            "durability",
+        ),
+    ];
+    for (i, (options, name)) in cases.into_iter().enumerate() {
+        match store.open_log(&format!("log{i}"), 1, options) {
+            Err(StoreError::Invalid(message)) => assert!(message.contains(name), "{message}"),
+            other => panic!("{name}: expected a refusal, got {other:?}"),
+        }
+    }
 }

@@ -518,15 +518,13 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
     let merr = |e: strata::event_log::MetadataLogError| e.to_string();
     const PARTITIONS: u32 = 8;
     const KEYS: usize = 1000;
-    let options = LogOptions {
-        segment_bytes: 1 << 20,
-        compaction: CompactionPolicy {
-            enabled: true,
-            delete_retention: Duration::ZERO,
-            ..CompactionPolicy::default()
-        },
-        ..LogOptions::default()
-    };
+    let options = LogOptions::default()
+        .with_segment_bytes(1 << 20)
+        .with_compaction(
+            CompactionPolicy::default()
+                .with_enabled(true)
+                .with_delete_retention(Duration::ZERO),
+        );
     say!("strata demo: store at {}", dir.display());
     let store = Store::open(&dir).map_err(err)?;
     let log = store

@@ -20,6 +20,7 @@ pub use store::{ColdStore, DeleteHold, S3Config, UploadGuard, COLD_CACHE_BYTES};
 
 /// Errors of the cold tier.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ColdError {
     /// The object store failed (network, permissions, missing object, ...).
     #[cfg(feature = "ursula")]

@@ -80,8 +80,9 @@ impl std::fmt::Debug for ColdStore {
     }
 }
 
-/// Settings for an S3-compatible cold store.
+/// Settings for an S3-compatible cold store (`S3Config::new(bucket).with_endpoint(...)`).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct S3Config {
     /// Bucket name.
     pub bucket: String,
@@ -95,6 +96,24 @@ pub struct S3Config {
     pub secret_access_key: Option<String>,
     /// Allow plain-HTTP endpoints.
     pub allow_http: bool,
+}
+
+with_setters!(S3Config {
+    with_endpoint => endpoint: Option<String>,
+    with_region => region: Option<String>,
+    with_access_key_id => access_key_id: Option<String>,
+    with_secret_access_key => secret_access_key: Option<String>,
+    with_allow_http => allow_http: bool,
+});
+
+impl S3Config {
+    /// Settings for `bucket` on AWS (set the endpoint for any other S3-compatible server).
+    pub fn new(bucket: impl Into<String>) -> Self {
+        Self {
+            bucket: bucket.into(),
+            ..Self::default()
+        }
+    }
 }
 
 impl ColdStore {

@@ -11,6 +11,7 @@ use futures::Stream;
 
 /// Errors of the metadata event log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MetadataLogError {
     /// The transport refused the write; nothing was appended.
     #[error("publish failed: {0}")]

@@ -8,6 +8,7 @@ use crate::StoreError;
 
 /// Infrastructure errors under the seam (reported to callers as `GroupEngineError::Infra`).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum GroupError {
     /// RocksDB failed.
     #[error("group state database: {0}")]

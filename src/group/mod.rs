@@ -87,10 +87,13 @@ use db::{GroupDb, Tx};
 use payload::PayloadLog;
 use state::GroupState;
 
-/// How a group engine is opened.
+/// How a group engine is opened. Refused at open (`GroupError::Invalid` naming the option)
+/// when out of range.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GroupOptions {
-    /// Options of the payload log (durability, segment size, compression).
+    /// Options of the payload log (durability, segment size, compression). Default
+    /// `LogOptions::default()`; durability must stay `Sync`.
     pub payload_log: LogOptions,
     /// zstd level of cold objects (1 ..= 22; default 3).
     pub cold_zstd_level: i32,
@@ -114,6 +117,13 @@ impl Default for GroupOptions {
         }
     }
 }
+
+with_setters!(GroupOptions {
+    with_payload_log => payload_log: LogOptions,
+    with_cold_zstd_level => cold_zstd_level: i32,
+    with_orphan_grace => orphan_grace: std::time::Duration,
+    with_max_read_bytes => max_read_bytes: usize,
+});
 
 impl GroupOptions {
     /// Checks the options; the message names the option at fault.

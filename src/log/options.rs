@@ -18,25 +18,44 @@ pub enum Durability {
 
 /// Deletion of whole sealed segments by size and age; advances the low-water mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct RetentionPolicy {
-    /// Keep the partition under this many bytes (oldest sealed segments go first).
+    /// Keep the partition under this many bytes (oldest sealed segments go first). Default
+    /// `None` (no size bound); any value.
     pub max_bytes: Option<u64>,
-    /// Delete sealed segments whose newest record is older than this.
+    /// Delete sealed segments whose newest record is older than this. Default `None` (no age
+    /// bound); any duration.
     pub max_age: Option<Duration>,
 }
 
+with_setters!(RetentionPolicy {
+    with_max_bytes => max_bytes: Option<u64>,
+    with_max_age => max_age: Option<Duration>,
+});
+
 /// Keyed compaction: keep the latest record per key.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct CompactionPolicy {
-    /// Whether background maintenance compacts this log.
+    /// Whether background maintenance compacts this log. Default `false`.
     pub enabled: bool,
     /// How long a tombstone is kept after its timestamp before compaction may drop it.
+    /// Default 24 hours; any duration.
     pub delete_retention: Duration,
     /// Background compaction starts when dirty bytes reach this share of sealed bytes.
+    /// Default 0.5; 0.0 ..= 1.0.
     pub min_cleanable_ratio: f64,
     /// Memory budget of the key map of one pass; a pass that fills it cleans a prefix only.
+    /// Default 64 MiB; at least 1 KiB.
     pub max_key_map_bytes: usize,
 }
+
+with_setters!(CompactionPolicy {
+    with_enabled => enabled: bool,
+    with_delete_retention => delete_retention: Duration,
+    with_min_cleanable_ratio => min_cleanable_ratio: f64,
+    with_max_key_map_bytes => max_key_map_bytes: usize,
+});
 
 impl Default for CompactionPolicy {
     fn default() -> Self {
@@ -49,24 +68,28 @@ impl Default for CompactionPolicy {
     }
 }
 
-/// Every option of a log.
+/// Every option of a log. Refused at open (`StoreError::Invalid` naming the option) when out of
+/// range.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct LogOptions {
-    /// When appends are acknowledged.
+    /// When appends are acknowledged. Default [`Durability::Sync`]; an interval must be positive.
     pub durability: Durability,
-    /// Compression of each batch written.
+    /// Compression of each batch written. Default none; zstd levels 1 ..= 22.
     pub compression: Compression,
-    /// A segment is sealed and a new one started once it would grow past this size.
+    /// A segment is sealed and a new one started once it would grow past this size (new
+    /// segments are preallocated to it). Default 64 MiB; 4096 ..= 2^32 - 1.
     pub segment_bytes: u64,
-    /// One index entry per this many bytes of log.
+    /// One index entry per this many bytes of log. Default 4096; at least 1.
     pub index_interval_bytes: u64,
-    /// Size and time retention.
+    /// Size and time retention. Default none.
     pub retention: RetentionPolicy,
-    /// Keyed compaction.
+    /// Keyed compaction. Default off.
     pub compaction: CompactionPolicy,
-    /// What startup recovery may cut.
+    /// What startup recovery may cut. Default [`RecoveryMode::TolerateTornTail`].
     pub recovery: RecoveryMode,
-    /// Period of the background maintenance thread (retention, then compaction); `None` = manual.
+    /// Period of the background maintenance thread (retention, then compaction). Default
+    /// `None` (manual); a period must be positive.
     pub maintenance_interval: Option<Duration>,
     /// Most append requests folded into one group commit. Kept for compatibility and
     /// validated (at least 1), but unused: a round takes every frame written before it starts,
@@ -101,6 +124,20 @@ impl Default for LogOptions {
     }
 }
 
+with_setters!(LogOptions {
+    with_durability => durability: Durability,
+    with_compression => compression: Compression,
+    with_segment_bytes => segment_bytes: u64,
+    with_index_interval_bytes => index_interval_bytes: u64,
+    with_retention => retention: RetentionPolicy,
+    with_compaction => compaction: CompactionPolicy,
+    with_recovery => recovery: RecoveryMode,
+    with_maintenance_interval => maintenance_interval: Option<Duration>,
+    with_max_group_commit => max_group_commit: usize,
+    with_journal_bytes => journal_bytes: u64,
+    with_max_unsynced_bytes => max_unsynced_bytes: u64,
+});
+
 impl LogOptions {
     /// True when these options remove records on their own (retention, compaction, or a
     /// maintenance thread).
@@ -121,11 +158,17 @@ impl LogOptions {
         }
         if let Compression::Zstd { level } = self.compression {
             if !(1..=22).contains(&level) {
-                return Err("zstd level must lie in [1, 22]".into());
+                return Err("compression: zstd level must lie in [1, 22]".into());
             }
         }
         if !(0.0..=1.0).contains(&self.compaction.min_cleanable_ratio) {
-            return Err("min_cleanable_ratio must lie in [0, 1]".into());
+            return Err("compaction.min_cleanable_ratio must lie in [0, 1]".into());
+        }
+        if self.compaction.max_key_map_bytes < 1 << 10 {
+            return Err("compaction.max_key_map_bytes must be at least 1 KiB".into());
+        }
+        if self.maintenance_interval.is_some_and(|d| d.is_zero()) {
+            return Err("maintenance_interval must be positive".into());
         }
         if self.max_group_commit == 0 {
             return Err("max_group_commit must be positive".into());
@@ -139,7 +182,7 @@ impl LogOptions {
         }
         if let Durability::Interval(d) = self.durability {
             if d.is_zero() {
-                return Err("a sync interval must be positive".into());
+                return Err("durability: a sync interval must be positive".into());
             }
         }
         Ok(())

@@ -4,6 +4,7 @@
 
 /// Why a byte string is not a valid Strata structure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// Fewer bytes than the structure needs.
     #[error("truncated: needs {needed} bytes, {available} available")]
@@ -49,6 +50,7 @@ impl DecodeError {
 
 /// Why records could not be encoded into a batch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// The batch would hold no record.
     #[error("a batch needs at least one record")]

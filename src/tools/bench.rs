@@ -136,14 +136,11 @@ impl Comparison {
 
 /// Log options for a workload.
 pub fn strata_options(w: &AppendWorkload) -> LogOptions {
-    LogOptions {
-        durability: if w.sync {
-            Durability::Sync
-        } else {
-            Durability::Interval(Duration::from_millis(200))
-        },
-        ..LogOptions::default()
-    }
+    LogOptions::default().with_durability(if w.sync {
+        Durability::Sync
+    } else {
+        Durability::Interval(Duration::from_millis(200))
+    })
 }
 
 /// Runs `writers` threads of `per_writer` calls of `append(writer)`; returns the wall time and,

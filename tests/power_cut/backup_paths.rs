@@ -63,12 +63,10 @@ pub struct Attempt {
 }
 
 fn log_options() -> LogOptions {
-    LogOptions {
-        segment_bytes: 4096,
-        journal_bytes: 64 << 10,
-        durability: Durability::Sync,
-        ..LogOptions::default()
-    }
+    LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_journal_bytes(64 << 10)
+        .with_durability(Durability::Sync)
 }
 
 fn stream_id() -> BucketStreamId {

@@ -8,16 +8,14 @@ use strata::coordination::{
     coordination_log_options, CoordinationRecord, CoordinationTransport, DiskCoordination,
     DiskCoordinationTransport, FencingToken, Lease, MemberId, Role,
 };
-use strata::{LogOptions, Store};
+use strata::Store;
 
 /// The transport on `store`, with a small coordination log (crash images copy files whole).
 fn transport(store: &Store) -> strata::StoreResult<DiskCoordinationTransport> {
-    let options = LogOptions {
-        segment_bytes: 16 << 10,
-        journal_bytes: 64 << 10,
-        maintenance_interval: None,
-        ..coordination_log_options()
-    };
+    let options = coordination_log_options()
+        .with_segment_bytes(16 << 10)
+        .with_journal_bytes(64 << 10)
+        .with_maintenance_interval(None);
     Ok(DiskCoordination::open_with(store, 2, options)?.transport())
 }
 

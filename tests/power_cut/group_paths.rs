@@ -32,15 +32,13 @@ pub fn placement() -> ShardPlacement {
 }
 
 pub fn group_options() -> GroupOptions {
-    GroupOptions {
-        payload_log: LogOptions {
-            segment_bytes: 4096,
-            journal_bytes: 64 << 10,
-            ..LogOptions::default()
-        },
-        orphan_grace: std::time::Duration::ZERO,
-        ..GroupOptions::default()
-    }
+    GroupOptions::default()
+        .with_payload_log(
+            LogOptions::default()
+                .with_segment_bytes(4096)
+                .with_journal_bytes(64 << 10),
+        )
+        .with_orphan_grace(std::time::Duration::ZERO)
 }
 
 /// Opens the group engine `g` of `store` with the default local cold store `<root>/cold`.

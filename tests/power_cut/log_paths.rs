@@ -131,12 +131,10 @@ const PARTITIONS: u32 = 2;
 
 fn append_options() -> LogOptions {
     // Segments of a few pages, so one sync round's batches span pages a power cut can split.
-    LogOptions {
-        segment_bytes: 16 << 10,
-        index_interval_bytes: 256,
-        journal_bytes: 64 << 10,
-        ..LogOptions::default()
-    }
+    LogOptions::default()
+        .with_segment_bytes(16 << 10)
+        .with_index_interval_bytes(256)
+        .with_journal_bytes(64 << 10)
 }
 
 /// A record's payload: which request, item and position it is, padded to `pad` bytes.
@@ -320,15 +318,14 @@ impl Workload for Appends {
 // ---------------------------------------------------------------- retention
 
 fn retention_options() -> LogOptions {
-    LogOptions {
-        segment_bytes: 4096,
-        journal_bytes: 64 << 10,
-        retention: RetentionPolicy {
-            max_bytes: Some(3 * 4096),
-            max_age: None,
-        },
-        ..LogOptions::default()
-    }
+    LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_journal_bytes(64 << 10)
+        .with_retention(
+            RetentionPolicy::default()
+                .with_max_bytes(Some(3 * 4096))
+                .with_max_age(None),
+        )
 }
 
 /// Appends and retention passes on one partition: a low-water mark a pass acknowledged never
@@ -419,17 +416,16 @@ impl Workload for Retention {
 // ---------------------------------------------------------------- keyed compaction
 
 fn compaction_options() -> LogOptions {
-    LogOptions {
-        segment_bytes: 4096,
-        journal_bytes: 64 << 10,
-        compaction: CompactionPolicy {
-            enabled: true,
-            delete_retention: std::time::Duration::from_secs(3600),
-            min_cleanable_ratio: 0.0,
-            max_key_map_bytes: 64 << 20,
-        },
-        ..LogOptions::default()
-    }
+    LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_journal_bytes(64 << 10)
+        .with_compaction(
+            CompactionPolicy::default()
+                .with_enabled(true)
+                .with_delete_retention(std::time::Duration::from_secs(3600))
+                .with_min_cleanable_ratio(0.0)
+                .with_max_key_map_bytes(64 << 20),
+        )
 }
 
 /// Writes per compaction round (each pass rolls, so a round is about one segment).
@@ -553,11 +549,9 @@ impl Workload for Compaction {
 
 /// Options of the MANIFEST workload's logs: small files (crash images copy them whole).
 fn small_log() -> LogOptions {
-    LogOptions {
-        segment_bytes: 4096,
-        journal_bytes: 64 << 10,
-        ..LogOptions::default()
-    }
+    LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_journal_bytes(64 << 10)
 }
 
 /// Log creations one after another (each a MANIFEST replacement): every log whose creation was
