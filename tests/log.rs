@@ -959,7 +959,7 @@ fn every_out_of_range_option_is_refused_at_open_naming_the_option() {
             "compaction.min_cleanable_ratio",
         ),
         (
-            d().with_compaction(CompactionPolicy::default().with_max_key_map_bytes(10)),
+            d().with_compaction(CompactionPolicy::default().with_max_key_map_bytes(0)),
             "compaction.max_key_map_bytes",
         ),
         (

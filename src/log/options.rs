@@ -46,7 +46,7 @@ pub struct CompactionPolicy {
     /// Default 0.5; 0.0 ..= 1.0.
     pub min_cleanable_ratio: f64,
     /// Memory budget of the key map of one pass; a pass that fills it cleans a prefix only.
-    /// Default 64 MiB; at least 1 KiB.
+    /// Default 64 MiB; at least 1 (a pass always takes at least one segment's keys).
     pub max_key_map_bytes: usize,
 }
 
@@ -164,8 +164,8 @@ impl LogOptions {
         if !(0.0..=1.0).contains(&self.compaction.min_cleanable_ratio) {
             return Err("compaction.min_cleanable_ratio must lie in [0, 1]".into());
         }
-        if self.compaction.max_key_map_bytes < 1 << 10 {
-            return Err("compaction.max_key_map_bytes must be at least 1 KiB".into());
+        if self.compaction.max_key_map_bytes == 0 {
+            return Err("compaction.max_key_map_bytes must be positive".into());
         }
         if self.maintenance_interval.is_some_and(|d| d.is_zero()) {
             return Err("maintenance_interval must be positive".into());
