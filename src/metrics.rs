@@ -30,6 +30,22 @@ pub(crate) fn maintenance(log: &str, report: &MaintenanceReport) {
         .increment(report.failures.len() as u64);
 }
 
+/// Records of `partition` of `log` at or past live subscription `subscription`'s read cursor,
+/// as of its last look at the partition.
+pub(crate) fn subscriber_lag(log: &str, partition: i32, subscription: u64, lag: i64) {
+    metrics::gauge!("strata_subscriber_lag_records", "log" => log.to_string(),
+        "partition" => partition.to_string(), "subscription" => subscription.to_string())
+    .set(lag.max(0) as f64);
+}
+
+/// Records of `partition` of `log` past `consumer`'s committed position, as last read with
+/// `ConsumerPositions::lag`.
+pub(crate) fn consumer_lag(log: &str, consumer: &str, partition: u32, lag: i64) {
+    metrics::gauge!("strata_consumer_lag_records", "log" => log.to_string(),
+        "consumer" => consumer.to_string(), "partition" => partition.to_string())
+    .set(lag as f64);
+}
+
 /// One group command made durable (`persist`: commit record appended and synced) and applied
 /// to RocksDB (`apply`).
 #[cfg(feature = "ursula")]

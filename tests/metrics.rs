@@ -12,20 +12,44 @@ use ursula_runtime::{
 };
 use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
 
-/// Counter totals; each snapshot of the debugging recorder reports what changed since the last
-/// one, so they are added up here.
+/// Counter totals (each snapshot of the debugging recorder reports what changed since the
+/// last one, so they are added up here) and the last value of each gauge.
 #[derive(Default)]
-struct Totals(std::collections::HashMap<String, u64>);
+struct Totals {
+    counters: std::collections::HashMap<String, u64>,
+    gauges: std::collections::HashMap<String, f64>,
+}
 
 impl Totals {
-    /// The total of every counter named `name` (over all label sets) after a fresh snapshot.
-    fn of(&mut self, snapshotter: &Snapshotter, name: &str) -> u64 {
+    fn take(&mut self, snapshotter: &Snapshotter) {
         for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-            if let DebugValue::Counter(n) = value {
-                *self.0.entry(key.key().name().to_string()).or_default() += n;
+            let name = key.key().name().to_string();
+            match value {
+                DebugValue::Counter(n) => *self.counters.entry(name).or_default() += n,
+                DebugValue::Gauge(g) => {
+                    let labels: Vec<String> = key
+                        .key()
+                        .labels()
+                        .map(|l| format!("{}={}", l.key(), l.value()))
+                        .collect();
+                    self.gauges
+                        .insert(format!("{name}{{{}}}", labels.join(",")), g.0);
+                }
+                DebugValue::Histogram(_) => {}
             }
         }
-        self.0.get(name).copied().unwrap_or(0)
+    }
+
+    /// The total of every counter named `name` (over all label sets) after a fresh snapshot.
+    fn of(&mut self, snapshotter: &Snapshotter, name: &str) -> u64 {
+        self.take(snapshotter);
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    /// The last value of the gauge `name{labels}` after a fresh snapshot.
+    fn gauge(&mut self, snapshotter: &Snapshotter, name: &str) -> Option<f64> {
+        self.take(snapshotter);
+        self.gauges.get(name).copied()
     }
 }
 
@@ -51,6 +75,7 @@ async fn logs_and_groups_report_their_work_to_the_installed_recorder() {
         totals.of(&snapshotter, "strata_maintenance_failures_total"),
         0
     );
+    subscriber_and_consumer_lag(&store, &log, &snapshotter, &mut totals).await;
 
     let mut engine = DiskGroupEngine::open_local(&store, "g").unwrap();
     let p = ShardPlacement {
@@ -81,4 +106,47 @@ async fn logs_and_groups_report_their_work_to_the_installed_recorder() {
     engine.read_stream(read.clone(), p).await.unwrap();
     engine.read_stream(read, p).await.unwrap();
     assert_eq!(totals.of(&snapshotter, "strata_cold_cache_reads_total"), 2);
+}
+
+/// A live subscriber's lag as of its last read of a partition, and a named consumer's lag
+/// behind its committed position.
+async fn subscriber_and_consumer_lag(
+    store: &Store,
+    log: &strata::Log,
+    snapshotter: &Snapshotter,
+    totals: &mut Totals,
+) {
+    use futures::StreamExt;
+    use strata::event_log::{ConsumerPositions, DiskEventLog, MetadataEventLog, PartitionStart};
+    let events = DiskEventLog::new(log.clone());
+    let (mut stream, _handle) = events.subscribe(vec![PartitionStart {
+        partition: 0,
+        start_offset: 0,
+    }]);
+    let lag = |totals: &mut Totals| {
+        totals.gauge(
+            snapshotter,
+            "strata_subscriber_lag_records{log=m,partition=0,subscription=0}",
+        )
+    };
+    stream.next().await.unwrap();
+    assert_eq!(
+        lag(totals),
+        Some(5.0),
+        "5 records past the cursor when it read them"
+    );
+    for _ in 0..4 {
+        stream.next().await.unwrap();
+    }
+    for _ in 0..3 {
+        let record = NewRecord::value(1, Bytes::from_static(b"more"));
+        log.append(0, vec![record]).await.unwrap();
+    }
+    stream.next().await.unwrap();
+    assert_eq!(lag(totals), Some(3.0), "3 new records past the cursor");
+    let positions = ConsumerPositions::open(store).unwrap();
+    positions.commit("m", "billing", 0, 6).await.unwrap();
+    assert_eq!(positions.lag(log, "billing", 0).unwrap(), 2);
+    let name = "strata_consumer_lag_records{log=m,consumer=billing,partition=0}";
+    assert_eq!(totals.gauge(snapshotter, name), Some(2.0));
 }

@@ -111,7 +111,9 @@ impl ConsumerPositions {
             .committed(log.name(), consumer, partition)
             .unwrap_or(low)
             .max(low);
-        Ok((high - from).max(0))
+        let lag = (high - from).max(0);
+        crate::metrics::consumer_lag(log.name(), consumer, partition, lag);
+        Ok(lag)
     }
 
     /// The positions log (for compaction and statistics).

@@ -86,7 +86,12 @@ struct StreamState {
     assignment: watch::Receiver<u64>,
     buffer: VecDeque<(u64, MetadataEventRecord)>,
     last_partition: i32,
+    /// This subscription's number in the process (the `subscription` label of its lag gauge).
+    id: u64,
 }
+
+/// Numbers subscriptions for their metrics.
+static SUBSCRIPTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Creates a subscription over `log` starting at `assignment`.
 pub(crate) fn subscribe(
@@ -109,6 +114,7 @@ pub(crate) fn subscribe(
         assignment: assignment_rx,
         buffer: VecDeque::new(),
         last_partition: -1,
+        id: SUBSCRIPTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     };
     let stream = stream::unfold(state, |mut st| async move {
         let record = next_record(&mut st).await?;
@@ -142,6 +148,7 @@ async fn refill(st: &mut StreamState) -> Option<bool> {
     };
     for (partition, cursor) in cursors {
         let high = st.sub.log.high_water_mark(partition as u32).ok()?;
+        crate::metrics::subscriber_lag(st.sub.log.name(), partition, st.id, high - cursor.next);
         if cursor.next >= high {
             continue;
         }
