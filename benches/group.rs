@@ -39,7 +39,7 @@ fn appends(c: &mut Criterion) {
             fresh_runs(iters, |dir| {
                 rt.block_on(async {
                     let (_store, mut engine) = open_engine(dir).await.unwrap();
-                    strata_appends(&mut engine, &W).await.unwrap()
+                    strata_appends(&mut engine, &W).await.unwrap().elapsed
                 })
             })
         })
@@ -47,7 +47,11 @@ fn appends(c: &mut Criterion) {
     g.bench_function("rocksdb/one_per_call", |b| {
         b.iter_custom(|iters| {
             fresh_runs(iters, |dir| {
-                RocksStreams::open(dir).unwrap().appends(&W).unwrap()
+                RocksStreams::open(dir)
+                    .unwrap()
+                    .appends(&W)
+                    .unwrap()
+                    .elapsed
             })
         })
     });
@@ -56,7 +60,7 @@ fn appends(c: &mut Criterion) {
             fresh_runs(iters, |dir| {
                 rt.block_on(async {
                     let (_store, mut engine) = open_engine(dir).await.unwrap();
-                    strata_batches(&mut engine, &W).await.unwrap()
+                    strata_batches(&mut engine, &W).await.unwrap().elapsed
                 })
             })
         })
@@ -64,7 +68,11 @@ fn appends(c: &mut Criterion) {
     g.bench_function("rocksdb/batch_32", |b| {
         b.iter_custom(|iters| {
             fresh_runs(iters, |dir| {
-                RocksStreams::open(dir).unwrap().batches(&W).unwrap()
+                RocksStreams::open(dir)
+                    .unwrap()
+                    .batches(&W)
+                    .unwrap()
+                    .elapsed
             })
         })
     });

@@ -954,12 +954,12 @@ fn print_comparisons<'a>(rows: impl Iterator<Item = &'a strata::tools::bench::Co
     }
     let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
     if rows.iter().any(|c| c.latency.is_some()) {
-        say!("Sync append latency, microseconds (p50 / p99 / p999)");
+        say!("Latency per operation (append, command or read page), microseconds (p50 / p99 / p999); buffered appends sampled 1 in 16, whole-log scans not timed per record");
     }
     for c in &rows {
         if let Some((s, r)) = &c.latency {
             say!(
-                "  {:<46} strata {:>7.0} {:>7.0} {:>7.0}   rocksdb {:>7.0} {:>7.0} {:>7.0}",
+                "  {:<46} strata {:>7.1} {:>7.1} {:>7.1}   rocksdb {:>7.1} {:>7.1} {:>7.1}",
                 c.name,
                 us(s.p50),
                 us(s.p99),

@@ -56,7 +56,7 @@ impl AppendWorkload {
     }
 }
 
-/// Latency percentiles of single appends.
+/// Latency percentiles of single operations.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Latency {
     /// Median.
@@ -65,6 +65,59 @@ pub struct Latency {
     pub p99: Duration,
     /// 99.9th percentile.
     pub p999: Duration,
+}
+
+/// Wall time and per-operation latencies of a run.
+#[derive(Debug)]
+pub struct Timer {
+    samples: Vec<Duration>,
+    started: Instant,
+    /// End of the last [`Timer::lap`] (or the start).
+    last: Instant,
+}
+
+impl Timer {
+    /// A run starting now.
+    pub fn start() -> Self {
+        let now = Instant::now();
+        Self {
+            samples: Vec::new(),
+            started: now,
+            last: now,
+        }
+    }
+
+    /// Records one operation as the time since the last lap (or the start), for a loop whose
+    /// operations are not calls (a page assembled from an iterator).
+    pub fn lap(&mut self) {
+        let now = Instant::now();
+        self.samples.push(now - self.last);
+        self.last = now;
+    }
+
+    /// Runs and times one operation.
+    pub fn time<T>(&mut self, op: impl FnOnce() -> T) -> T {
+        let began = Instant::now();
+        let out = op();
+        self.samples.push(began.elapsed());
+        out
+    }
+
+    /// Runs and times one asynchronous operation.
+    pub async fn time_async<T>(&mut self, op: impl std::future::Future<Output = T>) -> T {
+        let began = Instant::now();
+        let out = op.await;
+        self.samples.push(began.elapsed());
+        out
+    }
+
+    /// The wall time since the start and the operations' percentiles.
+    pub fn finish(mut self) -> AppendRun {
+        AppendRun {
+            elapsed: self.started.elapsed(),
+            latency: Latency::of(&mut self.samples),
+        }
+    }
 }
 
 impl Latency {
@@ -91,7 +144,7 @@ impl Latency {
 pub struct AppendRun {
     /// Wall time of all appends.
     pub elapsed: Duration,
-    /// Per-append latency percentiles (Sync workloads only; zero otherwise).
+    /// Per-append latency percentiles (of every Sync append, of a sample of buffered ones).
     pub latency: Latency,
 }
 
@@ -108,7 +161,8 @@ pub struct Comparison {
     pub strata: Duration,
     /// RocksDB's wall time.
     pub rocksdb: Duration,
-    /// Per-operation latency (Strata, RocksDB) where it was measured.
+    /// Per-operation latency (Strata, RocksDB) where it was measured (appends, group commands
+    /// and read pages; not whole-log scans, whose unit is a record).
     pub latency: Option<(Latency, Latency)>,
 }
 
@@ -143,23 +197,28 @@ pub fn strata_options(w: &AppendWorkload) -> LogOptions {
     })
 }
 
-/// Runs `writers` threads of `per_writer` calls of `append(writer)`; returns the wall time and,
-/// when `timed`, every call's latency.
-fn run_writers<E: Send>(
+/// Every how many buffered appends one is timed (two clock reads cost about as much as a tenth
+/// of a buffered append; every Sync append is timed).
+const BUFFERED_SAMPLE: usize = 16;
+
+/// Runs `writers` threads of `per_writer` calls of `append(writer)`; returns the wall time and
+/// the latency of every call (`every_call`) or of every [`BUFFERED_SAMPLE`]th.
+pub(crate) fn run_writers<E: Send>(
     writers: usize,
     per_writer: usize,
-    timed: bool,
+    every_call: bool,
     append: impl Fn(usize, usize) -> Result<(), E> + Sync,
 ) -> Result<AppendRun, E> {
+    let stride = if every_call { 1 } else { BUFFERED_SAMPLE };
     let start = Instant::now();
     let mut samples = std::thread::scope(|s| {
         let handles: Vec<_> = (0..writers.max(1))
             .map(|writer| {
                 let append = &append;
                 s.spawn(move || {
-                    let mut samples = Vec::with_capacity(if timed { per_writer } else { 0 });
+                    let mut samples = Vec::with_capacity(per_writer / stride + 1);
                     for seq in 0..per_writer {
-                        let began = timed.then(Instant::now);
+                        let began = seq.is_multiple_of(stride).then(Instant::now);
                         append(writer, seq)?;
                         if let Some(began) = began {
                             samples.push(began.elapsed());

@@ -19,7 +19,7 @@ use ursula_runtime::{
 };
 use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
 
-use super::bench::Comparison;
+use super::bench::{AppendRun, Comparison, Timer};
 use crate::cold::ColdStore;
 use crate::group::{DiskGroupEngine, GroupOptions};
 use crate::store::Store;
@@ -93,49 +93,49 @@ pub async fn open_engine(dir: &Path) -> Result<(Store, DiskGroupEngine), String>
 pub async fn strata_appends(
     engine: &mut DiskGroupEngine,
     w: &GroupWorkload,
-) -> Result<Duration, String> {
-    let start = Instant::now();
+) -> Result<AppendRun, String> {
+    let mut timer = Timer::start();
     for i in 0..w.appends {
         let mut r = AppendRequest::from_bytes(stream(), payload(w, i));
         r.content_type = CT.into();
         r.now_ms = 2;
-        engine
-            .append(r, placement(), ColdWriteAdmission::default())
+        timer
+            .time_async(engine.append(r, placement(), ColdWriteAdmission::default()))
             .await
             .map_err(|e| e.to_string())?;
     }
-    Ok(start.elapsed())
+    Ok(timer.finish())
 }
 
 /// The same payloads in `append_batch` calls of `batch`.
 pub async fn strata_batches(
     engine: &mut DiskGroupEngine,
     w: &GroupWorkload,
-) -> Result<Duration, String> {
-    let start = Instant::now();
+) -> Result<AppendRun, String> {
+    let mut timer = Timer::start();
     for chunk in (0..w.appends).collect::<Vec<_>>().chunks(w.batch.max(1)) {
         let payloads = chunk.iter().map(|&i| payload(w, i)).collect();
         let mut r = AppendBatchRequest::new(stream(), payloads);
         r.content_type = CT.into();
         r.now_ms = 2;
-        let response = engine
-            .append_batch(r, placement(), ColdWriteAdmission::default())
+        let response = timer
+            .time_async(engine.append_batch(r, placement(), ColdWriteAdmission::default()))
             .await
             .map_err(|e| e.to_string())?;
         if let Some(Err(e)) = response.items.into_iter().find(|i| i.is_err()) {
             return Err(e.to_string());
         }
     }
-    Ok(start.elapsed())
+    Ok(timer.finish())
 }
 
-/// Reads the whole stream from `from` in pages; returns bytes read and the time.
+/// Reads the whole stream from `from` in pages; returns bytes read and the run (per page).
 pub async fn strata_read(
     engine: &mut DiskGroupEngine,
     w: &GroupWorkload,
     from: u64,
-) -> Result<(u64, Duration), String> {
-    let start = Instant::now();
+) -> Result<(u64, AppendRun), String> {
+    let mut timer = Timer::start();
     let mut offset = from;
     let mut total = 0;
     loop {
@@ -147,8 +147,8 @@ pub async fn strata_read(
             record: None,
             max_records: None,
         };
-        let page = engine
-            .read_stream(r, placement())
+        let page = timer
+            .time_async(engine.read_stream(r, placement()))
             .await
             .map_err(|e| e.to_string())?;
         total += page.payload.len() as u64;
@@ -157,7 +157,7 @@ pub async fn strata_read(
             break;
         }
     }
-    Ok((total, start.elapsed()))
+    Ok((total, timer.finish()))
 }
 
 /// Flushes every hot byte to the cold store in 1 MiB objects.
@@ -224,27 +224,28 @@ impl RocksStreams {
     }
 
     /// Single appends.
-    pub fn appends(&self, w: &GroupWorkload) -> Result<Duration, String> {
-        let start = Instant::now();
+    pub fn appends(&self, w: &GroupWorkload) -> Result<AppendRun, String> {
+        let mut timer = Timer::start();
         for i in 0..w.appends {
-            self.append_many(&[payload(w, i)])?;
+            let payload = [payload(w, i)];
+            timer.time(|| self.append_many(&payload))?;
         }
-        Ok(start.elapsed())
+        Ok(timer.finish())
     }
 
     /// Batched appends.
-    pub fn batches(&self, w: &GroupWorkload) -> Result<Duration, String> {
-        let start = Instant::now();
+    pub fn batches(&self, w: &GroupWorkload) -> Result<AppendRun, String> {
+        let mut timer = Timer::start();
         for chunk in (0..w.appends).collect::<Vec<_>>().chunks(w.batch.max(1)) {
             let payloads: Vec<Bytes> = chunk.iter().map(|&i| payload(w, i)).collect();
-            self.append_many(&payloads)?;
+            timer.time(|| self.append_many(&payloads))?;
         }
-        Ok(start.elapsed())
+        Ok(timer.finish())
     }
 
     /// Reads every payload of the stream in order, copying pages of `read_page` bytes.
-    pub fn read(&self, w: &GroupWorkload) -> Result<(u64, Duration), String> {
-        let start = Instant::now();
+    pub fn read(&self, w: &GroupWorkload) -> Result<(u64, AppendRun), String> {
+        let mut timer = Timer::start();
         let mut total = 0u64;
         let mut page = Vec::with_capacity(w.read_page);
         let iter = self.db.iterator(rocksdb::IteratorMode::From(
@@ -260,10 +261,14 @@ impl RocksStreams {
             if page.len() >= w.read_page {
                 total += page.len() as u64;
                 page.clear();
+                timer.lap();
             }
         }
-        total += page.len() as u64;
-        Ok((total, start.elapsed()))
+        if !page.is_empty() {
+            total += page.len() as u64;
+            timer.lap();
+        }
+        Ok((total, timer.finish()))
     }
 }
 
@@ -278,28 +283,24 @@ pub async fn compare_group(
     let (_store, mut engine) = open_engine(&root.join("strata-single")).await?;
     let strata = strata_appends(&mut engine, w).await?;
     let rocksdb = rocks.appends(w)?;
-    out.push(Comparison {
-        name: format!("group append {} B, one per call", w.payload_size),
-        operations: w.appends,
-        bytes: (w.appends * w.payload_size) as u64,
+    out.push(row(
+        format!("group append {} B, one per call", w.payload_size),
+        (w.appends, (w.appends * w.payload_size) as u64),
         strata,
         rocksdb,
-        latency: None,
-    });
+    ));
     drop(engine);
 
     let rocks = RocksStreams::open(&root.join("rocksdb-batch"))?;
     let (_store2, mut engine) = open_engine(&root.join("strata-batch")).await?;
     let strata = strata_batches(&mut engine, w).await?;
     let rocksdb = rocks.batches(w)?;
-    out.push(Comparison {
-        name: format!("group append_batch {} x {} B", w.batch, w.payload_size),
-        operations: w.appends,
-        bytes: (w.appends * w.payload_size) as u64,
+    out.push(row(
+        format!("group append_batch {} x {} B", w.batch, w.payload_size),
+        (w.appends, (w.appends * w.payload_size) as u64),
         strata,
         rocksdb,
-        latency: None,
-    });
+    ));
 
     let (hot_bytes, strata) = strata_read(&mut engine, w, 0).await?;
     let (rocks_bytes, rocksdb) = rocks.read(w)?;
@@ -309,14 +310,12 @@ pub async fn compare_group(
         ));
     }
     let pages = (hot_bytes as usize).div_ceil(w.read_page.max(1));
-    out.push(Comparison {
-        name: format!("read hot, {} KiB pages", w.read_page / 1024),
-        operations: pages,
-        bytes: hot_bytes,
+    out.push(row(
+        format!("read hot, {} KiB pages", w.read_page / 1024),
+        (pages, hot_bytes),
         strata,
         rocksdb,
-        latency: None,
-    });
+    ));
 
     let flush = strata_flush_all(&mut engine).await?;
     let (cold_bytes, strata) = strata_read(&mut engine, w, 0).await?;
@@ -324,13 +323,23 @@ pub async fn compare_group(
         return Err(format!("read {cold_bytes} cold bytes, {hot_bytes} hot"));
     }
     let (_, rocksdb) = rocks.read(w)?;
-    out.push(Comparison {
-        name: format!("read cold (local store), {} KiB pages", w.read_page / 1024),
-        operations: pages,
-        bytes: hot_bytes,
+    out.push(row(
+        format!("read cold (local store), {} KiB pages", w.read_page / 1024),
+        (pages, hot_bytes),
         strata,
         rocksdb,
-        latency: None,
-    });
+    ));
     Ok((out, flush))
+}
+
+/// A comparison of `(operations, bytes)` from both engines' runs, with their latencies.
+fn row(name: String, (operations, bytes): (usize, u64), s: AppendRun, r: AppendRun) -> Comparison {
+    Comparison {
+        name,
+        operations,
+        bytes,
+        strata: s.elapsed,
+        rocksdb: r.elapsed,
+        latency: Some((s.latency, r.latency)),
+    }
 }
