@@ -129,7 +129,7 @@ impl ColdStore {
 
     /// Holds every deletion through this store (and its clones) until the guard drops:
     /// [`ColdStore::delete`] fails with [`ColdError::DeletesHeld`], and cold GC and the orphan
-    /// sweep leave their work for a later run.
+    /// sweep leave their work (from the first refused delete on) for a later run.
     pub fn hold_deletes(&self) -> DeleteHold {
         self.delete_holds.fetch_add(1, Ordering::AcqRel);
         DeleteHold {

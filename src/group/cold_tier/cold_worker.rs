@@ -12,7 +12,7 @@ use ursula_runtime::{
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{ColdChunkRef, ColdFlushCandidate, ColdGcTarget};
 
-use crate::cold::{encode_cold_object, UploadGuard, COLD_OBJECT_SUFFIX};
+use crate::cold::{encode_cold_object, ColdError, UploadGuard, COLD_OBJECT_SUFFIX};
 use crate::group::cold_paths::{created_at_ms, is_sweepable};
 use crate::group::{not_found, DiskGroupEngine, GroupError};
 
@@ -264,35 +264,11 @@ impl DiskGroupEngine {
             if entry.not_before_ms > now_ms {
                 break;
             }
-            match &entry.target {
-                ColdGcTarget::Stream(id) => {
-                    // Only an older database queues whole streams (new ones queue exact
-                    // paths). A stream recreated under the same id owns the prefix again: only
-                    // delete Strata objects it does not reference.
-                    let live: Vec<String> = self
-                        .state
-                        .streams
-                        .get(id)
-                        .map(|r| r.cold_chunks.iter().map(|c| c.s3_path.clone()).collect())
-                        .unwrap_or_default();
-                    for path in self
-                        .cold
-                        .list(&legacy_chunk_prefix(id))
-                        .await
-                        .map_err(GroupError::from)?
-                    {
-                        if path.ends_with(COLD_OBJECT_SUFFIX) && !live.contains(&path) {
-                            self.cold.delete(&path).await.map_err(GroupError::from)?;
-                            report.objects += 1;
-                        }
-                    }
-                }
-                ColdGcTarget::Paths(paths) => {
-                    for path in paths {
-                        self.cold.delete(path).await.map_err(GroupError::from)?;
-                        report.objects += 1;
-                    }
-                }
+            match self.delete_gc_target(&entry.target).await {
+                Ok(objects) => report.objects += objects,
+                // A backup began meanwhile: this entry and the rest wait for the next pass.
+                Err(ColdError::DeletesHeld { .. }) => break,
+                Err(e) => return Err(GroupError::from(e).into()),
             }
             acked = Some(entry.seq);
             report.entries += 1;
@@ -301,6 +277,37 @@ impl DiskGroupEngine {
             self.ack_cold_gc_inner(seq, placement)?;
         }
         Ok(report)
+    }
+
+    /// Deletes the objects of one GC queue entry; returns how many.
+    async fn delete_gc_target(&self, target: &ColdGcTarget) -> Result<u64, ColdError> {
+        let mut deleted = 0;
+        match target {
+            ColdGcTarget::Stream(id) => {
+                // Only an older database queues whole streams (new ones queue exact paths). A
+                // stream recreated under the same id owns the prefix again: only delete Strata
+                // objects it does not reference.
+                let live: Vec<String> = self
+                    .state
+                    .streams
+                    .get(id)
+                    .map(|r| r.cold_chunks.iter().map(|c| c.s3_path.clone()).collect())
+                    .unwrap_or_default();
+                for path in self.cold.list(&legacy_chunk_prefix(id)).await? {
+                    if path.ends_with(COLD_OBJECT_SUFFIX) && !live.contains(&path) {
+                        self.cold.delete(&path).await?;
+                        deleted += 1;
+                    }
+                }
+            }
+            ColdGcTarget::Paths(paths) => {
+                for path in paths {
+                    self.cold.delete(path).await?;
+                    deleted += 1;
+                }
+            }
+        }
+        Ok(deleted)
     }
 
     /// Deletes this group's orphaned cold objects: Strata objects (and leftover temporary files
@@ -348,10 +355,16 @@ impl DiskGroupEngine {
                 doomed.push(path);
             }
         }
+        let mut deleted = 0;
         for path in &doomed {
-            self.cold.delete(path).await.map_err(GroupError::from)?;
+            match self.cold.delete(path).await {
+                Ok(()) => deleted += 1,
+                // A backup began meanwhile: the rest waits for the next sweep.
+                Err(ColdError::DeletesHeld { .. }) => break,
+                Err(e) => return Err(GroupError::from(e).into()),
+            }
         }
-        Ok(doomed.len() as u64)
+        Ok(deleted)
     }
 
     /// Deletes sealed payload segments that no hot message references any more (after cold
