@@ -6,6 +6,46 @@ use std::time::Duration;
 
 use crate::log::MaintenanceReport;
 
+/// One log's append metrics, registered once at open (so a recorder must be installed before
+/// the store opens its logs): records and bytes appended, the latency of durable appends, and
+/// records per group-commit round.
+#[derive(Debug, Clone)]
+pub(crate) struct LogMetrics {
+    records: metrics::Counter,
+    bytes: metrics::Counter,
+    append_seconds: metrics::Histogram,
+    round_records: metrics::Histogram,
+}
+
+impl LogMetrics {
+    /// The handles of `log`'s metrics.
+    pub fn new(log: &str) -> Self {
+        let log = log.to_string();
+        Self {
+            records: metrics::counter!("strata_appended_records_total", "log" => log.clone()),
+            bytes: metrics::counter!("strata_appended_bytes_total", "log" => log.clone()),
+            append_seconds: metrics::histogram!("strata_append_seconds", "log" => log.clone()),
+            round_records: metrics::histogram!("strata_sync_round_records", "log" => log),
+        }
+    }
+
+    /// One write of `records` records in `bytes` bytes of batches.
+    pub fn appended(&self, records: u64, bytes: u64) {
+        self.records.increment(records);
+        self.bytes.increment(bytes);
+    }
+
+    /// A durable append (written, then synced) that took `took`.
+    pub fn durable_append(&self, took: Duration) {
+        self.append_seconds.record(took);
+    }
+
+    /// A group-commit round that made `records` records durable.
+    pub fn round(&self, records: u64) {
+        self.round_records.record(records as f64);
+    }
+}
+
 /// One group-commit round of `log`'s journal: bytes made durable, and how long it took.
 pub(crate) fn sync_round(log: &str, bytes: u64, took: Duration, ok: bool) {
     let log = log.to_string();

@@ -18,6 +18,7 @@ use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement}
 struct Totals {
     counters: std::collections::HashMap<String, u64>,
     gauges: std::collections::HashMap<String, f64>,
+    histograms: std::collections::HashMap<String, Vec<f64>>,
 }
 
 impl Totals {
@@ -35,7 +36,11 @@ impl Totals {
                     self.gauges
                         .insert(format!("{name}{{{}}}", labels.join(",")), g.0);
                 }
-                DebugValue::Histogram(_) => {}
+                DebugValue::Histogram(values) => self
+                    .histograms
+                    .entry(name)
+                    .or_default()
+                    .extend(values.iter().map(|v| v.0)),
             }
         }
     }
@@ -44,6 +49,12 @@ impl Totals {
     fn of(&mut self, snapshotter: &Snapshotter, name: &str) -> u64 {
         self.take(snapshotter);
         self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    /// Every value recorded in the histograms named `name`, after a fresh snapshot.
+    fn histogram(&mut self, snapshotter: &Snapshotter, name: &str) -> Vec<f64> {
+        self.take(snapshotter);
+        self.histograms.get(name).cloned().unwrap_or_default()
     }
 
     /// The last value of the gauge `name{labels}` after a fresh snapshot.
@@ -70,6 +81,17 @@ async fn logs_and_groups_report_their_work_to_the_installed_recorder() {
     }
     assert!(totals.of(&snapshotter, "strata_sync_rounds_total") >= 5);
     assert!(totals.of(&snapshotter, "strata_synced_bytes_total") >= 50);
+    assert_eq!(totals.of(&snapshotter, "strata_appended_records_total"), 5);
+    assert!(totals.of(&snapshotter, "strata_appended_bytes_total") >= 50);
+    let latencies = totals.histogram(&snapshotter, "strata_append_seconds");
+    assert_eq!(latencies.len(), 5, "one latency per durable append");
+    assert!(latencies.iter().all(|s| *s > 0.0));
+    let rounds = totals.histogram(&snapshotter, "strata_sync_round_records");
+    assert_eq!(
+        rounds.iter().sum::<f64>(),
+        5.0,
+        "every record in one round: {rounds:?}"
+    );
     log.run_maintenance(strata::now_ms()).unwrap();
     assert_eq!(
         totals.of(&snapshotter, "strata_maintenance_failures_total"),

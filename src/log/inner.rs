@@ -51,6 +51,12 @@ pub(crate) struct LogInner {
     pub lock: Mutex<Option<Arc<dyn Send + Sync>>>,
     /// Backups in progress that need this log's segments kept (see `Log::hold_deletions`).
     pub deletion_holds: Arc<AtomicUsize>,
+    /// Its metric handles.
+    pub metrics: crate::metrics::LogMetrics,
+    /// Records written to the journal, and those the last completed round made durable (for
+    /// records per round).
+    pub journaled_records: AtomicU64,
+    pub synced_records: AtomicU64,
 }
 
 impl LogInner {
@@ -128,6 +134,8 @@ impl LogInner {
             return Ok((ranges, None));
         };
         let lsn = j.current.lsn();
+        self.journaled_records
+            .fetch_add(request.records(), Ordering::Relaxed);
         for (_, _, w) in &mut writers {
             let publication = Publication {
                 lsn,
@@ -242,6 +250,7 @@ impl LogInner {
             j.current.seq,
             j.current.len,
         );
+        let records = self.journaled_records.load(Ordering::Relaxed);
         drop(j);
         self.sync_rounds.fetch_add(1, Ordering::Relaxed);
         let synced = gate.sync(&*file, &path);
@@ -251,6 +260,8 @@ impl LogInner {
                 if j.current.seq == seq {
                     j.current.synced = j.current.synced.max(len);
                 }
+                let before = self.synced_records.fetch_max(records, Ordering::Relaxed);
+                self.metrics.round(records.saturating_sub(before));
                 Ok(lsn)
             }
             Err(e) => {

@@ -152,6 +152,7 @@ impl Log {
         let commit = journal
             .as_ref()
             .map(|j| commit::GroupCommit::new(j.current.lsn()));
+        let metrics = crate::metrics::LogMetrics::new(&name);
         let inner = Arc::new(LogInner {
             name,
             dir,
@@ -172,6 +173,9 @@ impl Log {
             background: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
             deletion_holds: Arc::default(),
+            metrics,
+            journaled_records: AtomicU64::new(0),
+            synced_records: AtomicU64::new(0),
         });
         inner.start_background()?;
         let log = Log { inner };
@@ -284,9 +288,11 @@ impl Log {
     /// durable.
     pub async fn append_many(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
         self.room_in_journal().await?;
+        let started = self.inner.commit.is_some().then(std::time::Instant::now);
         let (ranges, lsn) = self.write(items)?;
-        if let (Some(lsn), Some(commit)) = (lsn, &self.inner.commit) {
+        if let (Some(lsn), Some(commit), Some(started)) = (lsn, &self.inner.commit, started) {
             commit.wait_async(&self.inner, lsn).await?;
+            self.inner.metrics.durable_append(started.elapsed());
         }
         Ok(ranges)
     }
@@ -314,9 +320,11 @@ impl Log {
     /// [`Log::append_many`] for a blocking caller.
     pub fn append_many_blocking(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
         self.room_in_journal_blocking()?;
+        let started = self.inner.commit.is_some().then(std::time::Instant::now);
         let (ranges, lsn) = self.write(items)?;
-        if let (Some(lsn), Some(commit)) = (lsn, &self.inner.commit) {
+        if let (Some(lsn), Some(commit), Some(started)) = (lsn, &self.inner.commit, started) {
             commit.wait(&self.inner, lsn)?;
+            self.inner.metrics.durable_append(started.elapsed());
         }
         Ok(ranges)
     }
@@ -345,7 +353,10 @@ impl Log {
         }
         check_items(&items, self.partition_count())?;
         let request = encode_request(items, self.inner.options.compression)?;
-        self.inner.write(request)
+        let (records, bytes) = (request.records(), request.bytes.len() as u64);
+        let written = self.inner.write(request)?;
+        self.inner.metrics.appended(records, bytes);
+        Ok(written)
     }
 
     /// A conditional append: `build` runs in order with every other conditional append of this

@@ -43,6 +43,14 @@ pub(crate) struct EncodedRequest {
 }
 
 impl EncodedRequest {
+    /// Records in the request.
+    pub fn records(&self) -> u64 {
+        self.batches
+            .iter()
+            .map(|b| u64::from(b.header.record_count))
+            .sum()
+    }
+
     /// Bytes this request adds to `partition`.
     pub fn bytes_for(&self, partition: u32) -> u64 {
         self.batches
