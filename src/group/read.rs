@@ -25,13 +25,14 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<ReadStreamResponse, GroupEngineError> {
         let id = request.stream_id.clone();
-        let row = self
-            .accessed_row(&id, request.now_ms, true, placement)?
-            .clone();
+        self.ensure_access(&id, request.now_ms, true, placement)?;
+        // Borrowed, not cloned: the rest of a read only reads.
+        let this = &*self;
+        let row = this.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
         if is_expired(&row.metadata, request.now_ms) {
             return Err(not_found(&id));
         }
-        let retained_records = records::range(&row);
+        let retained_records = records::range(row);
         // A read by record coordinates (JSON streams) becomes a byte range; `max_records`
         // without `record` is ignored, as in ursula.
         let limit = self.options.max_read_bytes as u64;
@@ -66,10 +67,10 @@ impl DiskGroupEngine {
                     .max_records
                     .map_or(retained.next_record, |limit| record.saturating_add(limit))
                     .min(retained.next_record);
-                let from = self.offset_for_record(&id, &row, record)?;
+                let from = this.offset_for_record(&id, row, record)?;
                 let next_record =
-                    self.bounded_next_record(&id, &row, (record, next_record), from)?;
-                let to = self.offset_for_record(&id, &row, next_record)?;
+                    this.bounded_next_record(&id, row, (record, next_record), from)?;
+                let to = this.offset_for_record(&id, row, next_record)?;
                 (
                     from,
                     to.saturating_sub(from),
@@ -99,7 +100,7 @@ impl DiskGroupEngine {
             ));
         }
         let next_offset = tail.min(offset.saturating_add(max_len));
-        let payload = self.read_range_vec(&id, &row, offset, next_offset).await?;
+        let payload = this.read_range_vec(&id, row, offset, next_offset).await?;
         Ok(ReadStreamResponse {
             placement,
             offset,

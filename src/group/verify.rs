@@ -50,6 +50,13 @@ impl DiskGroupEngine {
             self.verify_hot(id, row, &mut report).await;
             self.verify_cold(id, row, &mut report).await;
         }
+        if let Err(problem) = self.db.check_mirrors() {
+            report.findings.push(GroupFinding {
+                stream: String::new(),
+                at: "rows in memory".into(),
+                problem,
+            });
+        }
         report
     }
 

@@ -108,6 +108,16 @@ impl CommitRecord {
     }
 }
 
+impl Op<'_> {
+    /// The column family a change is to (`u8::MAX` for a `Requires`, which changes none).
+    pub fn cf(&self) -> u8 {
+        match self {
+            Op::Put { cf, .. } | Op::Delete { cf, .. } | Op::DeleteRange { cf, .. } => *cf,
+            Op::Requires { .. } => u8::MAX,
+        }
+    }
+}
+
 /// Decodes a commit record, calling `f` with each change in order. Fails (nothing is reported
 /// as applied by the caller) on an unknown version or tag, or a length past the end.
 pub fn decode<'a>(

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use rocksdb::{
     ColumnFamilyDescriptor, Direction, FlushOptions, IteratorMode, Options, WriteBatch,
@@ -12,6 +12,7 @@ use rocksdb::{
 };
 use ursula_shard::BucketStreamId;
 
+use super::mirror::{FamilyMirror, Mirrors};
 use crate::fs::{create_dir_durable, Fs};
 use crate::group::commit_record::{self, CommitRecord, Op};
 use crate::group::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
@@ -45,6 +46,30 @@ pub(crate) const CF_RECORD_OFFSETS: &str = "record_offsets";
 pub(crate) const CF_EXTERNAL: &str = "external";
 pub(crate) const CF_SNAPSHOTS: &str = "snapshots";
 
+/// Index of [`CF_MESSAGES`] in [`COLUMN_FAMILIES`] (a commit record's `cf` byte).
+const MESSAGES_CF_INDEX: u8 = cf_position(CF_MESSAGES);
+/// Index of [`CF_EXTERNAL`] in [`COLUMN_FAMILIES`].
+const EXTERNAL_CF_INDEX: u8 = cf_position(CF_EXTERNAL);
+
+/// Where `name` is in [`COLUMN_FAMILIES`] (at compile time; a missing name fails the build).
+const fn cf_position(name: &str) -> u8 {
+    let mut i = 0;
+    while i < COLUMN_FAMILIES.len() {
+        let (a, b) = (COLUMN_FAMILIES[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i as u8;
+            }
+        }
+        i += 1;
+    }
+    panic!("not a column family")
+}
+
 /// Every column family, in creation order.
 pub(crate) const COLUMN_FAMILIES: [&str; 15] = [
     CF_META,
@@ -73,6 +98,8 @@ const META_REPLAY_FROM: &[u8] = b"replay_from";
 pub(crate) struct GroupDb {
     /// Shared with the group's backup source (`super::backup`), which checkpoints it.
     db: Arc<DB>,
+    /// The `messages` and `external` families in memory (see [`Mirrors`]).
+    mirrors: RwLock<Mirrors>,
     /// The file layer, told of every durability point of RocksDB (see [`crate::fs`]).
     fs: Fs,
     dir: PathBuf,
@@ -113,9 +140,11 @@ impl GroupDb {
         let db = DB::open_cf_descriptors(&options, dir, families)?;
         let this = Self {
             db: Arc::new(db),
+            mirrors: RwLock::default(),
             fs: fs.clone(),
             dir: dir.to_path_buf(),
         };
+        this.load_mirrors()?;
         let version = this.get(CF_META, META_FORMAT_VERSION)?;
         let version = version
             .as_deref()
@@ -176,6 +205,7 @@ impl GroupDb {
     /// what makes them durable (format/GROUP_STATE.md, "Commit protocol").
     pub fn apply(&self, record: &[u8], next: u64) -> Result<(), GroupError> {
         let mut batch = WriteBatch::default();
+        let mut mirrored = Vec::new();
         commit_record::decode(record, |op| {
             match op {
                 Op::Put { cf, key, value } => batch.put_cf(self.cf_at(cf)?, key, value),
@@ -183,14 +213,84 @@ impl GroupDb {
                 Op::DeleteRange { cf, from, to } => {
                     batch.delete_range_cf(self.cf_at(cf)?, from, to)
                 }
-                Op::Requires { .. } => {}
+                Op::Requires { .. } => return Ok(()),
+            }
+            if matches!(op.cf(), MESSAGES_CF_INDEX | EXTERNAL_CF_INDEX) {
+                mirrored.push(op);
             }
             Ok(())
         })?;
         batch.put_cf(self.cf(CF_META)?, META_REPLAY_FROM, next.to_be_bytes());
         let mut options = WriteOptions::default();
         options.disable_wal(true);
-        Ok(self.db.write_opt(batch, &options)?)
+        self.db.write_opt(batch, &options)?;
+        // Persisted (as far as a commit record's changes ever are): now the memory mirrors.
+        let mut mirrors = self.lock_mirrors_mut();
+        for op in &mirrored {
+            match op.cf() {
+                MESSAGES_CF_INDEX => mirrors.messages.apply(op),
+                _ => mirrors.external.apply(op),
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads the mirrored families into memory (at open).
+    fn load_mirrors(&self) -> Result<(), GroupError> {
+        let mut mirrors = self.lock_mirrors_mut();
+        let Mirrors { messages, external } = &mut *mirrors;
+        for (cf, mirror) in [(CF_MESSAGES, messages), (CF_EXTERNAL, external)] {
+            self.scan(cf, &[], &[], |k, v| {
+                mirror.load(k, v);
+                Ok(true)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Compares the mirrored families with RocksDB's; the first difference, if any.
+    pub fn check_mirrors(&self) -> Result<(), String> {
+        let mirrors = self.lock_mirrors();
+        for (cf, mirror) in [
+            (CF_MESSAGES, &mirrors.messages),
+            (CF_EXTERNAL, &mirrors.external),
+        ] {
+            self.check_mirror(cf, mirror)?;
+        }
+        Ok(())
+    }
+
+    fn check_mirror(&self, cf: &str, mirror: &FamilyMirror) -> Result<(), String> {
+        let mut on_disk = Vec::new();
+        self.scan(cf, &[], &[], |k, v| {
+            on_disk.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })
+        .map_err(|e| e.to_string())?;
+        let in_memory: Vec<(&[u8], &[u8])> = mirror.iter().collect();
+        if in_memory.len() != on_disk.len() {
+            return Err(format!(
+                "{} {cf} rows in memory, {} in RocksDB",
+                in_memory.len(),
+                on_disk.len()
+            ));
+        }
+        match in_memory
+            .iter()
+            .zip(&on_disk)
+            .find(|((mk, mv), (dk, dv))| *mk != dk.as_slice() || *mv != dv.as_slice())
+        {
+            Some(((key, _), _)) => Err(format!("{cf} row {key:02x?} differs from RocksDB")),
+            None => Ok(()),
+        }
+    }
+
+    fn lock_mirrors(&self) -> std::sync::RwLockReadGuard<'_, Mirrors> {
+        self.mirrors.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_mirrors_mut(&self) -> std::sync::RwLockWriteGuard<'_, Mirrors> {
+        self.mirrors.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The payload log offset of the first commit record not yet applied.
@@ -234,23 +334,12 @@ impl GroupDb {
     ) -> Result<Option<(u64, MessageRow)>, GroupError> {
         let prefix = stream_key(id);
         let key = crate::group::keys::message_key(id, offset);
-        let mut iter = self.db.iterator_cf(
-            self.cf(CF_MESSAGES)?,
-            IteratorMode::From(&key, Direction::Reverse),
-        );
-        match iter.next() {
-            Some(item) => {
-                let (k, v) = item?;
-                if !k.starts_with(&prefix) {
-                    return Ok(None);
-                }
-                Ok(Some((
-                    message_start(&k, prefix.len())?,
-                    MessageRow::decode(&v)?,
-                )))
-            }
-            None => Ok(None),
-        }
+        let mirrors = self.lock_mirrors();
+        mirrors
+            .messages
+            .at_or_before(&prefix, &key)
+            .map(|(k, v)| Ok((message_start(k, prefix.len())?, MessageRow::decode(v)?)))
+            .transpose()
     }
 
     /// The message rows of `id` that hold bytes of `[from, to)`, in offset order.
@@ -286,7 +375,7 @@ impl GroupDb {
     }
 
     /// Calls `f` with the message rows of `id` that end after `from`, in offset order, until it
-    /// returns false; one iterator: a seek to the row at or before `from`, then forward.
+    /// returns false: the row at or before `from`, then forward (from memory).
     fn messages_from(
         &self,
         id: &BucketStreamId,
@@ -294,23 +383,21 @@ impl GroupDb {
         mut f: impl FnMut(u64, MessageRow) -> bool,
     ) -> Result<(), GroupError> {
         let prefix = stream_key(id);
-        let mut iter = self.db.raw_iterator_cf(self.cf(CF_MESSAGES)?);
-        iter.seek_for_prev(crate::group::keys::message_key(id, from));
-        if !iter.key().is_some_and(|k| k.starts_with(&prefix)) {
-            iter.seek(crate::group::keys::message_key(id, from));
-        }
-        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
-            if !key.starts_with(&prefix) {
-                break;
-            }
-            let start = message_start(key, prefix.len())?;
-            let row = MessageRow::decode(value)?;
+        let key = crate::group::keys::message_key(id, from);
+        let mirrors = self.lock_mirrors();
+        let start_key = match mirrors.messages.at_or_before(&prefix, &key) {
+            Some((k, _)) => k.to_vec(),
+            None => key,
+        };
+        for (key, value) in mirrors.messages.from(&prefix, &start_key) {
+            let (start, row) = (
+                message_start(key, prefix.len())?,
+                MessageRow::decode(value)?,
+            );
             if row.end_offset > from && !f(start, row) {
                 break;
             }
-            iter.next();
         }
-        iter.status()?;
         Ok(())
     }
 
@@ -322,20 +409,16 @@ impl GroupDb {
         to: u64,
     ) -> Result<Vec<(u64, MessageRow)>, GroupError> {
         let prefix = stream_key(id);
+        let key = crate::group::keys::message_key(id, from);
+        let mirrors = self.lock_mirrors();
         let mut out = Vec::new();
-        self.scan(
-            CF_MESSAGES,
-            &prefix,
-            &crate::group::keys::message_key(id, from),
-            |k, v| {
-                let start = message_start(k, prefix.len())?;
-                if start >= to {
-                    return Ok(false);
-                }
-                out.push((start, MessageRow::decode(v)?));
-                Ok(true)
-            },
-        )?;
+        for (key, value) in mirrors.messages.from(&prefix, &key) {
+            let start = message_start(key, prefix.len())?;
+            if start >= to {
+                break;
+            }
+            out.push((start, MessageRow::decode(value)?));
+        }
         Ok(out)
     }
 
@@ -386,27 +469,20 @@ impl GroupDb {
         let prefix = stream_key(id);
         let mut out: Vec<ursula_stream::ObjectPayloadRef> = Vec::new();
         let key = crate::group::keys::message_key(id, from);
-        let mut iter = self.db.iterator_cf(
-            self.cf(CF_EXTERNAL)?,
-            IteratorMode::From(&key, Direction::Reverse),
-        );
-        if let Some(item) = iter.next() {
-            let (k, v) = item?;
-            if k.starts_with(&prefix) {
-                let segment: ursula_stream::ObjectPayloadRef = decode_row("external", &v)?;
-                if segment.end_offset > from && segment.start_offset < from {
-                    out.push(segment);
-                }
+        let mirrors = self.lock_mirrors();
+        if let Some((_, v)) = mirrors.external.at_or_before(&prefix, &key) {
+            let segment: ursula_stream::ObjectPayloadRef = decode_row("external", v)?;
+            if segment.end_offset > from && segment.start_offset < from {
+                out.push(segment);
             }
         }
-        self.scan(CF_EXTERNAL, &prefix, &key, |_, v| {
+        for (_, v) in mirrors.external.from(&prefix, &key) {
             let segment: ursula_stream::ObjectPayloadRef = decode_row("external", v)?;
             if segment.start_offset >= to {
-                return Ok(false);
+                break;
             }
             out.push(segment);
-            Ok(true)
-        })?;
+        }
         Ok(out)
     }
 

@@ -5,5 +5,6 @@ pub mod backup;
 pub mod commit_record;
 pub mod db;
 pub mod keys;
+pub(crate) mod mirror;
 pub mod payload;
 pub mod rows;
