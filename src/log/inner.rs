@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::append::{poisoned, Publication};
 use super::commit::GroupCommit;
-use super::journal::{Journal, Preparation, Room};
+use super::journal::{Journal, Room};
 use super::maintenance::MaintenanceStatus;
 use super::options::{Durability, LogOptions};
 use super::partition::{Partition, PartitionRecovery};
@@ -44,9 +44,7 @@ pub(crate) struct LogInner {
     pub replay: ReplayReport,
     pub maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
     pub maintenance_status: Mutex<MaintenanceStatus>,
-    /// The background thread, and where the group-commit leader hands it journal space to
-    /// prepare (dropping the sender stops it).
-    pub background: Mutex<Option<(Sender<Preparation>, JoinHandle<()>)>>,
+    pub background: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
     /// Keeps the store's directory lock alive until the log is closed.
     pub lock: Mutex<Option<Arc<dyn Send + Sync>>>,
     /// Backups in progress that need this log's segments kept (see `Log::hold_deletions`).
@@ -166,27 +164,13 @@ impl LogInner {
         }
     }
 
-    /// Has the next chunk of journal file zeroed and synced ahead of the writers when little is
-    /// left (the group-commit leader calls this after its round): by the background thread, so
-    /// no caller waits for it, or here when that thread is gone. A failure is left for the
-    /// writer that needs the space, which prepares it inline and reports it.
+    /// Zeroes and syncs the next chunk of journal file ahead of the writers, outside the lock,
+    /// when little is left (the group-commit leader calls this after its round). A failure
+    /// is left for the writer that needs the space, which prepares it inline and reports it.
     pub fn prepare_journal_ahead(&self) {
         let Some(p) = self.journal().and_then(|mut j| j.begin_preparation()) else {
             return;
         };
-        let background = self.background.lock().unwrap_or_else(|p| p.into_inner());
-        let unsent = match background.as_ref() {
-            Some((tx, _)) => tx.send(p).err().map(|e| e.0),
-            None => Some(p),
-        };
-        drop(background);
-        if let Some(p) = unsent {
-            self.run_preparation(p);
-        }
-    }
-
-    /// Zeroes and syncs a chunk of journal file (outside the journal's lock) and records it.
-    fn run_preparation(&self, p: Preparation) {
         let ran = p.run();
         if let Some(mut j) = self.journal() {
             j.end_preparation(&p, &ran);
@@ -388,41 +372,29 @@ impl LogInner {
             Durability::Interval(d) => d,
             Durability::Sync => Duration::from_millis(100),
         };
-        let (work_tx, work_rx) = std::sync::mpsc::channel::<Preparation>();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let weak: Weak<LogInner> = Arc::downgrade(self);
         let handle = std::thread::Builder::new()
             .name(format!("strata-sync-{}", self.name))
-            .spawn(move || {
-                let mut next_pass = Instant::now() + period;
-                loop {
-                    let wait = next_pass.saturating_duration_since(Instant::now());
-                    let work = match work_rx.recv_timeout(wait) {
-                        Ok(p) => Some(p),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    };
-                    let Some(inner) = weak.upgrade() else { return };
-                    if let Some(p) = work {
-                        inner.run_preparation(p);
-                    }
-                    if Instant::now() < next_pass {
-                        continue;
-                    }
-                    next_pass = Instant::now() + period;
-                    // A failed pass leaves its partition poisoned or its files for the next pass.
-                    if let Err(e) = inner.background_pass() {
-                        tracing::error!(log = %inner.name, error = %e, "background sync failed; appends are refused until a sync succeeds");
-                    }
+            .spawn(move || loop {
+                match stop_rx.recv_timeout(period) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                // A failed pass leaves its partition poisoned or its files for the next pass.
+                if let Err(e) = inner.background_pass() {
+                    tracing::error!(log = %inner.name, error = %e, "background sync failed; appends are refused until a sync succeeds");
                 }
             })
             .map_err(|e| StoreError::io(&self.dir, e))?;
-        *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some((work_tx, handle));
+        *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
         Ok(())
     }
 }
 
 /// Stops a background thread and waits for it (unless it is the calling thread).
-pub(crate) fn stop_thread<T>(slot: &Mutex<Option<(Sender<T>, JoinHandle<()>)>>) {
+pub(crate) fn stop_thread(slot: &Mutex<Option<(Sender<()>, JoinHandle<()>)>>) {
     if let Some((stop, handle)) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
         drop(stop);
         if handle.thread().id() != std::thread::current().id() && handle.join().is_err() {

@@ -11,8 +11,7 @@
 //! whole buffer with one `pwrite` (under the journal's lock, so a file switch never overtakes
 //! it) and syncs outside the lock through the file's [`SyncGate`], so a round costs two system
 //! calls however many appends ride along. Frames land in space zeroed and synced ahead of the writer (a chunk at a
-//! time, by the log's background thread when a round leaves less than a chunk, or inline when the
-//! writer outruns it): a
+//! time, by the group-commit leader after its round, or inline when the writer outruns it): a
 //! round's fdatasync then overwrites written blocks and need not also commit file-system
 //! metadata. Not through a mapping, unlike segments: every round syncs the pages writers are
 //! filling at that moment, and writing back a mapped page first write-protects it, with a
