@@ -2,6 +2,8 @@
 //! tail is cut without losing acknowledged records, damage inside a file is never "repaired" by
 //! truncation unless salvage is asked for.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -179,7 +181,7 @@ fn a_torn_tail_is_cut_and_every_acknowledged_record_survives() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         // What recovery cut is reported as a tracing warning, with the log and partition.
-        let (opened, events) = traced(|| open(dir.path(), LogOptions::default()));
+        let (opened, events) = common::traced(|| open(dir.path(), LogOptions::default()));
         assert!(
             events.contains("WARN") && events.contains("torn tail") && events.contains("log=\"l\""),
             "{events}"
@@ -324,30 +326,4 @@ fn damage_below_what_a_checkpoint_recorded_is_corruption_even_with_nothing_after
         open(dir.path(), LogOptions::default()),
         Err(StoreError::Corrupt { .. })
     ));
-}
-
-/// Runs `f` with a tracing subscriber that captures every event as text; returns both.
-fn traced<T>(f: impl FnOnce() -> T) -> (T, String) {
-    use std::sync::{Arc, Mutex};
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
-    (out, text)
 }

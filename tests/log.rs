@@ -981,3 +981,32 @@ fn every_out_of_range_option_is_refused_at_open_naming_the_option() {
         }
     }
 }
+
+#[test]
+fn rolls_retention_and_compaction_report_spans_and_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_retention(RetentionPolicy::default().with_max_bytes(Some(8192)));
+    let ((), events) = common::traced(|| {
+        let store = Store::open(dir.path()).unwrap();
+        let log = store.open_log("traced", 1, options).unwrap();
+        for _ in 0..40 {
+            let record = NewRecord::value(1, Bytes::from(vec![7u8; 500]));
+            log.append_blocking(0, vec![record]).unwrap();
+        }
+        log.apply_retention(strata::now_ms()).unwrap();
+    });
+    for needle in [
+        "strata.log.open",
+        "segment rolled",
+        "strata.retention",
+        "segments deleted",
+        "retention pass done",
+    ] {
+        assert!(
+            events.contains(needle),
+            "{needle:?} missing from:\n{events}"
+        );
+    }
+}

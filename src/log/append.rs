@@ -169,6 +169,7 @@ impl PartitionWriter {
         });
         // Everything in the old segment is synced: readers may read all of it.
         old.shared().publish(old.len());
+        tracing::debug!(dir = %p.dir.display(), sealed_bytes = old.len(), next_base = next, "segment rolled");
         Ok(())
     }
 

@@ -83,10 +83,12 @@ pub(crate) fn for_each_batch(
 impl Log {
     /// Compacts every partition (blocking; run it off the async executor).
     pub fn compact_blocking(&self, now_ms: i64) -> StoreResult<CompactionReport> {
+        let _span = tracing::info_span!("strata.compaction", log = %self.inner.name).entered();
         let mut report = CompactionReport::default();
         for p in 0..self.partition_count() {
             report.add(self.compact_partition(p, now_ms)?);
         }
+        tracing::debug!(?report, "compaction pass done");
         Ok(report)
     }
 

@@ -48,6 +48,7 @@ impl Log {
         if self.is_closed() {
             return Err(StoreError::Closed);
         }
+        let _span = tracing::info_span!("strata.maintenance", log = %self.inner.name).entered();
         let mut report = MaintenanceReport {
             now_ms,
             ..Default::default()

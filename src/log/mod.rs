@@ -121,6 +121,7 @@ impl Log {
     /// Called by [`crate::Store::open_log`], which checks the options and partition count,
     /// records the log in the MANIFEST and holds the lock.
     pub(crate) fn open(setup: LogSetup) -> StoreResult<Self> {
+        let _span = tracing::info_span!("strata.log.open", log = %setup.name).entered();
         let LogSetup {
             fs,
             name,

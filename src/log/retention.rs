@@ -66,6 +66,9 @@ fn remove_counted(
         bytes_deleted: doomed.iter().map(|s| s.index().segment_len).sum(),
     };
     remove_segments(partition, doomed)?;
+    if report.segments_deleted > 0 {
+        tracing::info!(dir = %partition.dir.display(), segments = report.segments_deleted, bytes = report.bytes_deleted, "segments deleted");
+    }
     Ok(report)
 }
 
@@ -73,10 +76,12 @@ impl Log {
     /// Applies the retention policy to every partition, as of `now_ms`.
     pub fn apply_retention(&self, now_ms: i64) -> StoreResult<RetentionReport> {
         self.check_removable("retention")?;
+        let _span = tracing::info_span!("strata.retention", log = %self.inner.name).entered();
         let mut report = RetentionReport::default();
         for partition in &self.inner.partitions {
             report.add(self.retain_partition(partition, now_ms)?);
         }
+        tracing::debug!(?report, "retention pass done");
         Ok(report)
     }
 

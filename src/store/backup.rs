@@ -122,6 +122,7 @@ impl Store {
     /// appears only complete.
     pub fn backup(&self, dest: impl AsRef<Path>) -> StoreResult<BackupReport> {
         let (fs, root, dest) = (&**self.fs(), self.root(), dest.as_ref());
+        let _span = tracing::info_span!("strata.backup", dest = %dest.display()).entered();
         let absolute = |p: &Path| std::path::absolute(p).at(p);
         if absolute(dest)?.starts_with(absolute(root)?) {
             return Err(StoreError::Invalid(format!(

@@ -51,3 +51,30 @@ pub fn fault_store(dir: &std::path::Path) -> (strata::fs::FaultFs, strata::Store
     let store = strata::Store::open_with(dir, options).expect("a store on the fault layer");
     (fs, store)
 }
+
+#[allow(dead_code)]
+/// Runs `f` with a tracing subscriber that captures every event as text; returns both.
+pub fn traced<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    (out, text)
+}
