@@ -96,7 +96,7 @@ pub(crate) fn group_commit(group: &str, persist: Duration, apply: Duration) {
     metrics::histogram!("strata_group_apply_seconds", "group" => group).record(apply);
 }
 
-/// The outcome of a cold-tier task (`flush`, `compaction`, `gc`, `sweep`) of `group`.
+/// The outcome of a cold-tier task (`flush`, `compaction`, `gc`, `sweep`, `cold index`) of `group`.
 #[cfg(feature = "ursula")]
 pub(crate) fn cold_task(group: &str, task: &'static str, ok: bool) {
     let outcome = if ok { "ok" } else { "error" };

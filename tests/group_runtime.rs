@@ -13,8 +13,9 @@ use strata::cold::{ColdStore, S3Config};
 use strata::group::{DiskGroupEngineFactory, GroupOptions};
 use strata::Store;
 use ursula_runtime::{
-    AppendRequest, CreateStreamRequest, DeleteStreamRequest, PlanColdFlushRequest,
-    ReadStreamRequest, RuntimeConfig, RuntimeThreading, ShardRuntime,
+    AppendRequest, ColdIndexPageKey, ColdIndexPageStore, ColdStoreColdIndexPageStore,
+    CreateStreamRequest, DeleteStreamRequest, PlanColdFlushRequest, ReadStreamRequest,
+    RuntimeConfig, RuntimeThreading, ShardRuntime,
 };
 use ursula_shard::BucketStreamId;
 
@@ -114,16 +115,13 @@ async fn append_and_flush(runtime: &ShardRuntime, id: &BucketStreamId, text: &st
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_runtimes_cold_gc_never_takes_a_recreated_streams_objects() {
-    // ursula's runtime uploads chunks itself (under `{stream}/chunks/`) and, for a whole-stream
-    // GC entry, deletes everything under that prefix: with ursula's in-memory engine a stream
-    // recreated under the same id loses its new chunks. Strata queues exact paths instead.
-    let moto = s3_harness::start("shared-cold");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(Store::open(dir.path()).expect("store"));
+/// Strata's and the runtime's views of one moto bucket (they name objects alike).
+fn shared_bucket(
+    moto: &s3_harness::Moto,
+    bucket: &str,
+) -> (ColdStore, Arc<ursula_runtime::ColdStore>) {
     let strata_cold = ColdStore::s3(
-        &S3Config::new("shared-cold")
+        &S3Config::new(bucket)
             .with_endpoint(Some(moto.endpoint.clone()))
             .with_region(Some("us-east-1".into()))
             .with_access_key_id(Some("test".into()))
@@ -134,7 +132,7 @@ async fn the_runtimes_cold_gc_never_takes_a_recreated_streams_objects() {
     let runtime_cold = ursula_runtime::ColdStore::try_new(&ursula_config::ColdConfig {
         backend: ursula_config::ColdBackend::S3,
         s3: Some(ursula_config::S3Config {
-            bucket: Some("shared-cold".into()),
+            bucket: Some(bucket.into()),
             region: Some("us-east-1".into()),
             endpoint: Some(moto.endpoint.clone()),
             access_key_id: Some("test".into()),
@@ -145,11 +143,140 @@ async fn the_runtimes_cold_gc_never_takes_a_recreated_streams_objects() {
         ..ursula_config::ColdConfig::default()
     })
     .expect("the runtime's view of the bucket");
+    (strata_cold, Arc::new(runtime_cold))
+}
+
+/// The chunks on page 0 of `id`'s cold index in the runtime's store (None: no page).
+async fn page_zero(
+    runtime_cold: &Arc<ursula_runtime::ColdStore>,
+    id: &BucketStreamId,
+) -> Option<Vec<(u64, u64)>> {
+    let pages = ColdStoreColdIndexPageStore::new(runtime_cold.clone());
+    let key = ColdIndexPageKey {
+        stream_id: id.clone(),
+        generation: 0,
+        page_id: 0,
+    };
+    let page = pages.get_page(&key).await.expect("read page")?;
+    Some(
+        page.cold_chunks
+            .iter()
+            .map(|c| (c.start_offset, c.end_offset))
+            .collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtimes_background_compaction_merges_strata_groups_chunks() {
+    // ursula's runtime discovers compaction work through cold-index pages; a factory given the
+    // runtime's cold store keeps them for Strata's groups.
+    let moto = s3_harness::start("compact-cold");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(dir.path()).expect("store"));
+    let (strata_cold, runtime_cold) = shared_bucket(&moto, "compact-cold");
+    let factory = DiskGroupEngineFactory::new(store.clone(), strata_cold, GroupOptions::default())
+        .with_runtime_cold_index(runtime_cold.clone());
+    let runtime = ShardRuntime::spawn_with_engine_factory_and_cold_store(
+        runtime_config(),
+        factory,
+        Some(runtime_cold.clone()),
+    )
+    .expect("runtime");
+    let id = BucketStreamId::new("tenant", "merged");
+    runtime
+        .create_stream(CreateStreamRequest::new(id.clone(), CT))
+        .await
+        .expect("create");
+    let texts = [
+        "chunk one of four; ",
+        "chunk two of four; ",
+        "chunk 3 of four; ",
+        "last chunk.",
+    ];
+    for text in texts {
+        append_and_flush(&runtime, &id, text).await;
+    }
+    let whole = texts.concat().into_bytes();
+    let ends: Vec<u64> = texts
+        .iter()
+        .scan(0u64, |end, t| {
+            *end += t.len() as u64;
+            Some(*end)
+        })
+        .collect();
+    let page = page_zero(&runtime_cold, &id).await.expect("page 0 written");
+    assert_eq!(
+        page.len(),
+        4,
+        "every flushed chunk is on the page: {page:?}"
+    );
+    // Three chunks reach the target: they become one object, committed by Strata.
+    let target = ends[2] - 1;
+    let compacted = runtime
+        .compact_cold_once(target, 1 << 20, 8, 0)
+        .await
+        .expect("compact");
+    assert_eq!(compacted, 1);
+    assert_eq!(read_all(&runtime, &id).await, whole);
+    let page = page_zero(&runtime_cold, &id)
+        .await
+        .expect("page 0 rewritten");
+    assert_eq!(page, vec![(0, ends[2]), (ends[2], ends[3])]);
+    assert_eq!(
+        runtime
+            .compact_cold_once(target, 1 << 20, 8, 0)
+            .await
+            .expect("again"),
+        0
+    );
+    // GC deletes the page before the merged objects, then the page is written again.
+    let group = runtime.locate(&id).raft_group_id;
+    assert_eq!(
+        runtime.run_cold_gc_group_once(group, 64).await.expect("gc"),
+        1
+    );
+    let page = page_zero(&runtime_cold, &id)
+        .await
+        .expect("page 0 after GC");
+    assert_eq!(page, vec![(0, ends[2]), (ends[2], ends[3])]);
+    assert_eq!(read_all(&runtime, &id).await, whole);
+    // A deleted stream's pages go with its objects.
+    runtime
+        .delete_stream(DeleteStreamRequest {
+            stream_id: id.clone(),
+        })
+        .await
+        .expect("delete");
+    assert_eq!(page_zero(&runtime_cold, &id).await, None);
+    runtime
+        .run_cold_gc_group_once(group, 64)
+        .await
+        .expect("gc after delete");
+    let pages = runtime_cold.list_cold_index_pages().await.expect("list");
+    assert!(pages.iter().all(|p| p.stream_id != id), "{pages:?}");
+    assert_eq!(
+        runtime
+            .compact_cold_once(1, 1 << 20, 8, 0)
+            .await
+            .expect("nothing"),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtimes_cold_gc_never_takes_a_recreated_streams_objects() {
+    // ursula's runtime uploads chunks itself (under `{stream}/chunks/`) and, for a whole-stream
+    // GC entry, deletes everything under that prefix: with ursula's in-memory engine a stream
+    // recreated under the same id loses its new chunks. Strata queues exact paths instead.
+    let moto = s3_harness::start("shared-cold");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(dir.path()).expect("store"));
+    let (strata_cold, runtime_cold) = shared_bucket(&moto, "shared-cold");
     let factory = DiskGroupEngineFactory::new(store.clone(), strata_cold, GroupOptions::default());
     let runtime = ShardRuntime::spawn_with_engine_factory_and_cold_store(
         runtime_config(),
         factory,
-        Some(Arc::new(runtime_cold)),
+        Some(runtime_cold),
     )
     .expect("runtime");
     let id = BucketStreamId::new("tenant", "recycled");
@@ -176,4 +303,91 @@ async fn the_runtimes_cold_gc_never_takes_a_recreated_streams_objects() {
         "the deleted incarnation's entry was collected"
     );
     assert_eq!(read_all(&runtime, &id).await, b"second incarnation;");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_runtime_chunks_queues_their_pages_before_their_objects() {
+    use strata::group::DiskGroupEngine;
+    use ursula_runtime::{ColdWriteAdmission, FlushColdRequest, GroupEngine};
+    use ursula_shard::{CoreId, RaftGroupId, ShardId, ShardPlacement};
+    use ursula_stream::{ColdChunkRef, ColdGcTarget};
+    let p = ShardPlacement {
+        core_id: CoreId(0),
+        shard_id: ShardId(0),
+        raft_group_id: RaftGroupId(0),
+    };
+    let none = ColdWriteAdmission::default();
+    let moto = s3_harness::start("page-order");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let (strata_cold, runtime_cold) = shared_bucket(&moto, "page-order");
+    let mut engine = DiskGroupEngine::open(&store, "g", strata_cold, GroupOptions::default())
+        .expect("engine")
+        .with_runtime_cold_index(runtime_cold.clone());
+    let id = BucketStreamId::new("tenant", "removed");
+    let create = CreateStreamRequest::new(id.clone(), CT);
+    engine.create_stream(create, p, none).await.expect("create");
+    // Two chunks uploaded the way the runtime uploads them, committed by flush_cold.
+    let mut objects = Vec::new();
+    for text in ["first chunk;", "second chunk;"] {
+        let mut append = AppendRequest::from_bytes(id.clone(), Bytes::from(text));
+        append.content_type = CT.into();
+        let appended = engine.append(append, p, none).await.expect("append");
+        let (start, end) = (appended.start_offset, appended.next_offset);
+        let path = ursula_runtime::new_cold_chunk_path(&id, start, end);
+        let size = runtime_cold
+            .write_chunk(&path, text.as_bytes())
+            .await
+            .expect("upload");
+        let chunk = ColdChunkRef {
+            start_offset: start,
+            end_offset: end,
+            s3_path: path.clone(),
+            object_offset: 0,
+            object_size: size,
+            shared_object: false,
+            payload_digest: String::new(),
+        };
+        let flush = FlushColdRequest {
+            stream_id: id.clone(),
+            chunk,
+        };
+        engine.flush_cold(flush, p).await.expect("flush_cold");
+        objects.push(path);
+    }
+    assert_eq!(
+        page_zero(&runtime_cold, &id).await.map(|c| c.len()),
+        Some(2)
+    );
+    engine
+        .delete_stream(
+            DeleteStreamRequest {
+                stream_id: id.clone(),
+            },
+            p,
+        )
+        .await
+        .expect("delete");
+    let page = ColdIndexPageKey {
+        stream_id: id.clone(),
+        generation: 0,
+        page_id: 0,
+    }
+    .path();
+    let entries = engine.plan_cold_gc(16, p).await.expect("plan gc");
+    let paths: Vec<String> = entries
+        .into_iter()
+        .flat_map(|e| match e.target {
+            ColdGcTarget::Paths(paths) => paths,
+            ColdGcTarget::Stream(_) => Vec::new(),
+        })
+        .collect();
+    let mut expected = vec![page];
+    expected.extend(objects);
+    assert_eq!(paths, expected, "the page first, then the objects it names");
+    assert_eq!(
+        page_zero(&runtime_cold, &id).await,
+        None,
+        "and it was deleted at once"
+    );
 }

@@ -325,19 +325,21 @@ impl DiskGroupEngine {
                 row.cold_chunks.retain(|c| {
                     let keep = c.end_offset > target;
                     if !keep {
-                        dropped.push((c.start_offset, c.s3_path.clone(), c.shared_object));
+                        dropped.push(c.clone());
                     }
                     keep
                 });
             }
-            for (start, _, _) in &dropped {
-                tx.delete_chunk(&id, *start);
+            for chunk in &dropped {
+                tx.delete_chunk(&id, chunk.start_offset);
             }
+            self.touch_cold_index(&id, &dropped);
             // Exclusive objects are unreferenced now; shared ones lose one reference.
             let (shared, exclusive): (Vec<_>, Vec<_>) =
-                dropped.into_iter().partition(|(_, _, shared)| *shared);
-            let dropped: Vec<String> = exclusive.into_iter().map(|(_, path, _)| path).collect();
-            let released: Vec<String> = shared.into_iter().map(|(_, path, _)| path).collect();
+                dropped.iter().partition(|c| c.shared_object);
+            let objects = exclusive.into_iter().map(|c| c.s3_path.clone()).collect();
+            let dropped: Vec<String> = self.gc_paths_with_pages(&id, &dropped, objects);
+            let released: Vec<String> = shared.into_iter().map(|c| c.s3_path.clone()).collect();
             tx.delete_messages_below(&self.db, &id, target)?;
             let usage = self.state.usage.entry(id.bucket_id.clone()).or_default();
             usage.retained_bytes = usage.retained_bytes.saturating_sub(target - current);

@@ -241,6 +241,8 @@ impl DiskGroupEngine {
                 .map(|e| e.s3_path),
         );
         paths.dedup();
+        let paths = self.gc_paths_with_pages(id, &row.cold_chunks, paths);
+        self.touch_cold_index(id, &row.cold_chunks);
         if !paths.is_empty() {
             self.enqueue_gc(tx, ColdGcTarget::Paths(paths), 0);
         }

@@ -175,6 +175,9 @@ pub struct DiskGroupEngine {
     stale: bool,
     /// Where each commit is reported (ursula's runtime metrics), and as which placement.
     metrics: Option<(GroupEngineMetrics, ShardPlacement)>,
+    /// ursula's cold-index pages in the runtime's cold store, when the runtime compacts
+    /// (see [`cold_tier::runtime_index`]).
+    cold_index: Option<cold_tier::runtime_index::RuntimeColdIndex>,
     /// Registered (weakly) with the store for backups while the engine lives.
     _backup: Arc<persist::backup::GroupBackup>,
 }
@@ -238,6 +241,7 @@ impl DiskGroupEngine {
             busy: false,
             stale: false,
             metrics: None,
+            cold_index: None,
             _backup: backup,
         })
     }
@@ -246,6 +250,19 @@ impl DiskGroupEngine {
     /// `sync_ns` is the commit record's append and fdatasync, `write_ns` applying it to RocksDB.
     pub fn with_metrics(mut self, metrics: GroupEngineMetrics, placement: ShardPlacement) -> Self {
         self.metrics = Some((metrics, placement));
+        self
+    }
+
+    /// Keeps ursula's cold-index pages in `runtime_cold` (the shard runtime's cold store, which
+    /// must name the same objects by the same paths as this engine's cold store) for the
+    /// runtime's background cold compaction (`ShardRuntime::compact_cold_once`), which finds
+    /// its work through them. Every stream's pages are written by the next command.
+    pub fn with_runtime_cold_index(
+        mut self,
+        runtime_cold: ursula_runtime::ColdStoreHandle,
+    ) -> Self {
+        let index = cold_tier::runtime_index::RuntimeColdIndex::new(runtime_cold, &self.state);
+        self.cold_index = Some(index);
         self
     }
 

@@ -33,12 +33,14 @@ use crate::store::Store;
 
 /// Runs one command of the seam: first recovers memory from disk if an earlier command's future
 /// was dropped part-way ([`DiskGroupEngine::begin`]), then marks this one in progress until it
-/// returns, whatever it returns.
+/// returns, whatever it returns; before returning it writes the runtime cold-index pages that
+/// commits changed (a no-op without a runtime cold index).
 macro_rules! command {
     ($engine:ident, $body:block) => {
         Box::pin(async move {
             $engine.begin()?;
             let result = async { $body }.await;
+            $engine.publish_cold_index().await;
             $engine.end();
             result
         })
@@ -373,6 +375,7 @@ pub struct DiskGroupEngineFactory {
     store: Arc<Store>,
     cold: ColdStore,
     options: GroupOptions,
+    runtime_cold: Option<ursula_runtime::ColdStoreHandle>,
 }
 
 impl DiskGroupEngineFactory {
@@ -382,7 +385,21 @@ impl DiskGroupEngineFactory {
             store,
             cold,
             options,
+            runtime_cold: None,
         }
+    }
+
+    /// Engines keep ursula's cold-index pages in `runtime_cold`, the cold store given to the
+    /// runtime (`ShardRuntime::spawn_with_engine_factory_and_cold_store`), so that the runtime's
+    /// background cold compaction finds their chunks
+    /// ([`DiskGroupEngine::with_runtime_cold_index`]). Default: no pages (the runtime's
+    /// compaction then finds no work in Strata groups).
+    pub fn with_runtime_cold_index(
+        mut self,
+        runtime_cold: ursula_runtime::ColdStoreHandle,
+    ) -> Self {
+        self.runtime_cold = Some(runtime_cold);
+        self
     }
 }
 
@@ -401,6 +418,10 @@ impl GroupEngineFactory for DiskGroupEngineFactory {
                 self.options.clone(),
             )?
             .with_metrics(metrics, placement);
+            let engine = match &self.runtime_cold {
+                Some(runtime_cold) => engine.with_runtime_cold_index(runtime_cold.clone()),
+                None => engine,
+            };
             Ok(Box::new(engine) as Box<dyn GroupEngine>)
         })
     }

@@ -354,6 +354,11 @@ impl DiskGroupEngine {
             self.state = previous;
             return Err(e);
         }
+        // Pages of the streams replaced are rewritten from the new manifest (or deleted).
+        if let Some(index) = self.cold_index.as_mut() {
+            index.touch_all(&previous);
+            index.touch_all(&self.state);
+        }
         self.reclaim_hot_segments()?;
         Ok(())
     }

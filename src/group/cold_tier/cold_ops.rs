@@ -12,13 +12,31 @@ use ursula_runtime::{
 };
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{
-    ColdFlushCandidate, ColdGcEntry, ColdGcTarget, StreamErrorCode, StreamErrorContext,
+    ColdChunkRef, ColdFlushCandidate, ColdGcEntry, ColdGcTarget, StreamErrorCode,
+    StreamErrorContext,
 };
 
 use crate::group::db::Tx;
 use crate::group::rows::StreamRow;
 use crate::group::state::{compare_ids, GroupState};
 use crate::group::{not_found, stream_error, DiskGroupEngine};
+
+/// Whether a compaction input names manifest chunk `current`: the same range in the same object
+/// of the same size (what ursula's cold-index pages carry; they drop the payload digest).
+fn same_chunk(current: &ColdChunkRef, input: &ColdChunkRef) -> bool {
+    (
+        current.start_offset,
+        current.end_offset,
+        current.object_size,
+        &current.s3_path,
+    ) == (
+        input.start_offset,
+        input.end_offset,
+        input.object_size,
+        &input.s3_path,
+    ) && current.object_offset == input.object_offset
+        && current.shared_object == input.shared_object
+}
 
 fn stale(tail: u64, message: String) -> GroupEngineError {
     GroupEngineError::stream_with_context(
@@ -296,6 +314,7 @@ impl DiskGroupEngine {
         let mut tx = Tx::default();
         let end = chunk.end_offset;
         tx.put_chunk(id, &chunk);
+        self.touch_cold_index(id, [&chunk]);
         if chunk.shared_object {
             *self
                 .state
@@ -371,7 +390,7 @@ impl DiskGroupEngine {
         let Some(at) = row
             .cold_chunks
             .iter()
-            .position(|c| *c == request.old_chunks[0])
+            .position(|c| same_chunk(c, &request.old_chunks[0]))
         else {
             return Err(stream_error(
                 StreamErrorCode::InvalidColdFlush,
@@ -379,7 +398,13 @@ impl DiskGroupEngine {
             ));
         };
         let n = request.old_chunks.len();
-        if row.cold_chunks.get(at..at + n) != Some(request.old_chunks.as_slice()) {
+        let current = row.cold_chunks.get(at..at + n).unwrap_or_default();
+        if current.len() != n
+            || !current
+                .iter()
+                .zip(&request.old_chunks)
+                .all(|(c, o)| same_chunk(c, o))
+        {
             return Err(stream_error(
                 StreamErrorCode::InvalidColdFlush,
                 "cold compaction inputs are not the stream's current chunks",
@@ -395,13 +420,15 @@ impl DiskGroupEngine {
             tx.delete_chunk(id, old.start_offset);
         }
         tx.put_chunk(id, &replacement);
+        self.touch_cold_index(id, [&replacement]);
         if let Some(mut row) = self.state.streams.get_mut(id) {
             row.cold_chunks.splice(at..at + n, [replacement]);
         }
         self.save_stream(&mut tx, id);
+        let paths = self.gc_paths_with_pages(id, &request.old_chunks, old_paths);
         self.enqueue_gc(
             &mut tx,
-            ColdGcTarget::Paths(old_paths),
+            ColdGcTarget::Paths(paths),
             request.gc_not_before_ms,
         );
         self.state.commit_index += 1;
@@ -432,6 +459,12 @@ impl DiskGroupEngine {
             if let Some(entry) = self.state.gc.pop_front() {
                 tx.delete_gc(entry.seq);
                 removed += 1;
+                // Pages this entry deleted may have named live chunks too: write them again.
+                if let (Some(index), ColdGcTarget::Paths(paths)) =
+                    (self.cold_index.as_mut(), &entry.target)
+                {
+                    index.touch_collected(&self.state, paths);
+                }
             }
         }
         self.state.commit_index += 1;

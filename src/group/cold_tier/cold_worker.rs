@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use tracing::Instrument;
+
 use ursula_runtime::{
     CompactColdRequest, FlushColdRequest, GroupEngineError, PlanColdFlushRequest,
 };
@@ -49,7 +51,12 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<Option<u64>, GroupEngineError> {
         self.begin()?;
-        let result = self.flush_stream_cold_steps(id, max_bytes, placement).await;
+        let span = cold_span(&self.name, "cold flush");
+        let result = self
+            .flush_stream_cold_steps(id, max_bytes, placement)
+            .instrument(span)
+            .await;
+        self.publish_cold_index().await;
         self.end();
         trace(&self.name, "cold flush", &result);
         result
@@ -160,9 +167,12 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<u64, GroupEngineError> {
         self.begin()?;
+        let span = cold_span(&self.name, "cold compaction");
         let result = self
             .compact_stream_cold_steps(id, small_bytes, max_inputs, gc_not_before_ms, placement)
+            .instrument(span)
             .await;
+        self.publish_cold_index().await;
         self.end();
         trace(&self.name, "cold compaction", &result);
         result
@@ -241,7 +251,12 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<ColdGcReport, GroupEngineError> {
         self.begin()?;
-        let result = self.run_cold_gc_steps(now_ms, max, placement).await;
+        let span = cold_span(&self.name, "cold GC");
+        let result = self
+            .run_cold_gc_steps(now_ms, max, placement)
+            .instrument(span)
+            .await;
+        self.publish_cold_index().await;
         self.end();
         trace(&self.name, "cold GC", &result);
         result
@@ -317,7 +332,9 @@ impl DiskGroupEngine {
     /// runtime that uploads, then calls `flush_cold` later). Returns objects deleted.
     pub async fn sweep_orphan_objects(&mut self) -> Result<u64, GroupEngineError> {
         self.begin()?;
-        let result = self.sweep_orphan_objects_steps().await;
+        let span = cold_span(&self.name, "orphan sweep");
+        let result = self.sweep_orphan_objects_steps().instrument(span).await;
+        self.publish_cold_index().await;
         self.end();
         trace(&self.name, "orphan sweep", &result);
         result
@@ -395,6 +412,11 @@ impl DiskGroupEngine {
         *commits = (*commits).min(durable);
         Ok(self.payloads.reclaim(&lowest)?)
     }
+}
+
+/// The span a cold-tier task of `group` runs in.
+fn cold_span(group: &str, task: &'static str) -> tracing::Span {
+    tracing::info_span!("strata.cold", group, task)
 }
 
 /// Reports the outcome of a cold-tier task of `group` (an event; a warning when it failed).
