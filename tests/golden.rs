@@ -434,6 +434,7 @@ mod group_state {
     use strata::cold::{decode_cold_object, encode_cold_object};
     use strata::group::keys::{decode_stream_key, message_key, stream_key};
     use strata::group::rows::{decode_row, encode_row, MessageRow, StreamRow};
+    use strata::group::stream_row::{decode_stream_row, encode_stream_row};
     use ursula_shard::BucketStreamId;
     use ursula_stream::{ColdChunkRef, StreamMetadata, StreamStatus};
 
@@ -563,6 +564,58 @@ mod group_state {
         v1_bytes.extend(serde_json::to_vec(&v1).unwrap());
         let decoded: StreamRow = decode_row("stream", &v1_bytes).unwrap();
         assert_eq!(decoded.visible_snapshot.unwrap().payload, b"old");
+
+        // Row version 2 (group state format 4): binary, in the field order of the spec.
+        let b = vector(
+            "group_stream_row_binary.bin",
+            &encode_stream_row(&with_checkpoint).unwrap(),
+        );
+        let be32 = |at: usize| u32::from_be_bytes(b[at..at + 4].try_into().unwrap());
+        let be64 = |at: usize| u64::from_be_bytes(b[at..at + 8].try_into().unwrap());
+        assert_eq!(b[0], 2, "row version");
+        assert_eq!((be32(1), &b[5..13]), (8, &b"bucket-a"[..]));
+        assert_eq!(b[13], 0, "no affinity key");
+        assert_eq!((be32(14), &b[18..20]), (2, &b"s1"[..]));
+        assert_eq!(
+            (be32(20), &b[24..48]),
+            (24, &b"application/octet-stream"[..])
+        );
+        assert_eq!((b[48], be64(49)), (0, 4196), "open, tail");
+        assert_eq!(
+            (b[57], be32(58), &b[62..66]),
+            (1, 4, &b"0001"[..]),
+            "stream seq"
+        );
+        assert_eq!((b[66], be64(67), b[75]), (1, 60, 0), "ttl, no expiry");
+        assert_eq!(
+            (be64(76), be64(84), b[92]),
+            (1_000, 2_000, 0),
+            "times, no attrs"
+        );
+        assert_eq!((be64(93), be64(101)), (4096, 0), "hot start, retained");
+        assert_eq!(
+            &b[109..141],
+            &setsum::Setsum::default().digest(),
+            "live setsum"
+        );
+        assert_eq!(be64(173), 2, "records counted");
+        assert_eq!((b[181], be64(182)), (1, 4096), "checkpoint offset");
+        let end = b.len();
+        assert_eq!(be64(end - 8), 0, "external hot bytes last");
+        assert_eq!(b[end - 9], 0, "no record coordinates");
+        assert_eq!(be32(end - 13), 3, "partition");
+        assert_eq!(be64(end - 21), 2, "append count");
+        let decoded = decode_stream_row(&b).unwrap();
+        let mut expected = with_checkpoint.clone();
+        if let Some(s) = expected.visible_snapshot.as_mut() {
+            s.payload.clear();
+        }
+        assert_eq!(decoded, expected);
+        assert_eq!(
+            decode_stream_row(&v1_bytes).unwrap().total_records,
+            2,
+            "JSON rows still read"
+        );
 
         let chunk = vector(
             "group_cold_chunk_row_v1.json.bin",

@@ -1213,3 +1213,72 @@ async fn each_group_command_costs_one_file_sync_and_no_rocksdb_sync() {
     );
     assert_eq!(after.1, before.1, "RocksDB synced during commands");
 }
+
+/// Opens a closed group's RocksDB directly (every family).
+fn raw_db(dir: &Path) -> rocksdb::DB {
+    let path = dir.join("groups").join("durable");
+    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("families");
+    rocksdb::DB::open_cf(&rocksdb::Options::default(), &path, families).expect("raw db")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_3_database_with_json_stream_rows_opens_and_writes_binary_rows() {
+    use strata::group::rows::encode_row;
+    use strata::group::stream_row::decode_stream_row;
+    let dir = tempfile::tempdir().unwrap();
+    let id = BucketStreamId::new("bucket", "old-rows");
+    let (store, mut engine) = open(dir.path());
+    engine
+        .create_stream(create(&id, 1), p(), none())
+        .await
+        .unwrap();
+    engine
+        .append(append(&id, b"hello", 2, None), p(), none())
+        .await
+        .unwrap();
+    drop(engine);
+    store.close_blocking().unwrap();
+    drop(store);
+    // Make it what format version 3 wrote: JSON stream rows.
+    {
+        let db = raw_db(dir.path());
+        let streams = db.cf_handle("streams").unwrap();
+        let rows: Vec<_> = db
+            .iterator_cf(streams, rocksdb::IteratorMode::Start)
+            .map(|kv| kv.unwrap())
+            .collect();
+        assert_eq!(rows.len(), 1);
+        for (key, value) in rows {
+            assert_eq!(value[0], 2, "format 4 writes binary rows");
+            let json = encode_row(&decode_stream_row(&value).unwrap()).unwrap();
+            db.put_cf(streams, key, json).unwrap();
+        }
+        let meta = db.cf_handle("meta").unwrap();
+        db.put_cf(meta, "format_version", 3u64.to_be_bytes())
+            .unwrap();
+        db.flush_cf(streams).unwrap();
+        db.flush_cf(meta).unwrap();
+    }
+    let (store, mut engine) = open(dir.path());
+    assert_eq!(read(&mut engine, &id, 0, 3).await.unwrap(), b"hello");
+    engine
+        .append(append(&id, b" again", 4, None), p(), none())
+        .await
+        .unwrap();
+    let (_store, mut engine) = reopen(dir.path(), store, engine);
+    assert_eq!(read(&mut engine, &id, 0, 5).await.unwrap(), b"hello again");
+    drop(engine);
+    drop(_store);
+    let db = raw_db(dir.path());
+    let meta = db.cf_handle("meta").unwrap();
+    let version = db.get_cf(meta, "format_version").unwrap().unwrap();
+    assert_eq!(version, strata::group::GROUP_STATE_VERSION.to_be_bytes());
+    assert_eq!(strata::group::GROUP_STATE_VERSION, 4);
+    let streams = db.cf_handle("streams").unwrap();
+    let (_, row) = db
+        .iterator_cf(streams, rocksdb::IteratorMode::Start)
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(row[0], 2, "the stream's next change wrote a binary row");
+}

@@ -58,7 +58,7 @@ mod verify;
 // Short paths for the pieces the commands use (and the public codecs).
 pub use cold_tier::cold_paths;
 use cold_tier::cold_worker;
-pub use persist::{commit_record, keys, rows};
+pub use persist::{commit_record, keys, rows, stream_row};
 use persist::{db, payload};
 use state::{integrity, streams};
 

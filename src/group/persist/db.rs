@@ -16,6 +16,7 @@ use super::mirror::{FamilyMirror, Mirrors};
 use crate::fs::{create_dir_durable, Fs};
 use crate::group::commit_record::{self, CommitRecord, Op};
 use crate::group::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
+use crate::group::persist::stream_row::{decode_stream_row, encode_stream_row};
 use crate::group::rows::{
     decode_row, encode_row, GcRow, MessageRow, ProducerRow, QuotaRow, ReceiptRow, StreamRow,
     UsageRow,
@@ -26,9 +27,9 @@ use crate::group::GroupError;
 use crate::StoreError;
 
 /// Version of the group-state layout; stored under `meta/format_version`. Versions 1 (checkpoint
-/// payloads inside stream rows) and 2 (every batch synced, no replay position) are upgraded at
-/// open.
-pub const GROUP_STATE_VERSION: u64 = 3;
+/// payloads inside stream rows), 2 (every batch synced, no replay position) and 3 (JSON stream
+/// rows only; version 4 writes binary ones and reads both) are upgraded at open.
+pub const GROUP_STATE_VERSION: u64 = 4;
 
 pub(crate) const CF_META: &str = "meta";
 pub(crate) const CF_BUCKETS: &str = "buckets";
@@ -153,6 +154,7 @@ impl GroupDb {
         match version {
             Some(GROUP_STATE_VERSION) => {}
             None | Some(1) | Some(2) => this.upgrade(version, log_end)?,
+            Some(3) => this.upgrade(version, this.replay_from()?)?,
             Some(v) => {
                 return Err(GroupError::Corrupt(format!(
                     "group state format version {v}, this build reads {GROUP_STATE_VERSION}"
@@ -162,18 +164,20 @@ impl GroupDb {
         Ok(this)
     }
 
-    /// Brings a new, version 1 or version 2 database to version 3 in one durable batch:
-    /// version 1 checkpoint payloads move from stream rows into the `snapshots` family, and the
-    /// replay position becomes `log_end` (nothing before it is a commit record to apply).
-    fn upgrade(&self, from: Option<u64>, log_end: u64) -> Result<(), GroupError> {
+    /// Brings a new or older database to the current version in one durable batch: version 1
+    /// checkpoint payloads move from stream rows into the `snapshots` family (the rows are
+    /// rewritten binary), and the replay position becomes `replay_from` (for versions 1 and 2,
+    /// the log's end: nothing before it is a commit record to apply; version 3 keeps its own).
+    /// JSON stream rows of version 3 stay until their stream next changes.
+    fn upgrade(&self, from: Option<u64>, replay_from: u64) -> Result<(), GroupError> {
         let mut tx = Tx::default();
         if from == Some(1) {
             self.scan(CF_STREAMS, &[], &[], |k, v| {
-                let row: StreamRow = decode_row("stream", v)?;
+                let row: StreamRow = decode_stream_row(v)?;
                 if let Some(snapshot) = &row.visible_snapshot {
                     tx.put_raw(CF_SNAPSHOTS, k, &snapshot.payload);
                 }
-                tx.put_json(CF_STREAMS, k, &row);
+                tx.put_stream_row(k, &row);
                 Ok(true)
             })?;
         }
@@ -185,7 +189,7 @@ impl GroupDb {
         if let Some(e) = tx.error {
             return Err(e);
         }
-        self.apply(tx.record.as_bytes(), log_end)?;
+        self.apply(tx.record.as_bytes(), replay_from)?;
         self.flush()
     }
 
@@ -546,7 +550,7 @@ impl GroupDb {
         self.scan(CF_STREAMS, &[], &[], |k, v| {
             let (id, _) =
                 decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("stream key".into()))?;
-            rows.insert(id, decode_row("stream", v)?);
+            rows.insert(id, decode_stream_row(v)?);
             Ok(true)
         })?;
         self.scan(CF_SNAPSHOTS, &[], &[], |k, v| {
@@ -690,6 +694,14 @@ impl Tx {
         self.delete_range(cf, prefix, prefix_end(prefix));
     }
 
+    /// Writes a binary stream row under `key`.
+    fn put_stream_row(&mut self, key: &[u8], row: &StreamRow) {
+        match encode_stream_row(row) {
+            Ok(value) => self.put_raw(CF_STREAMS, key, &value),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
     fn put_json<T: serde::Serialize>(&mut self, cf: &str, key: &[u8], row: &T) {
         match encode_row(row) {
             Ok(value) => self.put_raw(cf, key, &value),
@@ -719,7 +731,7 @@ impl Tx {
 
     /// Writes a stream row.
     pub fn put_stream(&mut self, id: &BucketStreamId, row: &StreamRow) {
-        self.put_json(CF_STREAMS, &stream_key(id), row);
+        self.put_stream_row(&stream_key(id), row);
         if row.snapshot_changed {
             match &row.visible_snapshot {
                 Some(s) => self.put_raw(CF_SNAPSHOTS, &stream_key(id), &s.payload),

@@ -1,5 +1,5 @@
 //! Persistence of a group: the payload log (payload and commit records), the commit record's
-//! codec, and RocksDB (column families, keys, rows).
+//! codec, and RocksDB (column families, keys, rows, the binary stream row).
 
 pub mod backup;
 pub mod commit_record;
@@ -8,3 +8,4 @@ pub mod keys;
 pub(crate) mod mirror;
 pub mod payload;
 pub mod rows;
+pub mod stream_row;
