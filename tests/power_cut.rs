@@ -22,7 +22,7 @@ mod power_cut {
 
 use power_cut::backup_paths::Backup;
 use power_cut::coordination_paths::Coordination;
-use power_cut::group_paths::Group;
+use power_cut::group_paths::{Group, Upgrade};
 use power_cut::harness::{explore, explore_random, fail_each_operation, fill_disk_at_fractions};
 use power_cut::log_paths::{Appends, Compaction, Manifest, Retention};
 use power_cut::positions_paths::Positions;
@@ -77,6 +77,11 @@ fn coordination_answers_each_failed_operation_and_recovers_from_a_full_disk() {
 #[test]
 fn group_commands_and_the_cold_tier_survive_every_power_cut() {
     explore(&Group, OpKinds::SYNC_RENAME_UNLINK);
+}
+
+#[test]
+fn the_group_state_format_upgrade_survives_every_power_cut() {
+    explore(&Upgrade, OpKinds::SYNC_RENAME_UNLINK);
 }
 
 #[test]

@@ -375,3 +375,99 @@ async fn check_streams(engine: &mut DiskGroupEngine, acks: &GroupAcks) {
         );
     }
 }
+
+/// A group as format version 3 left it (JSON stream rows), opened by this build (the upgrade to
+/// format 4 at open), then appended to.
+pub struct Upgrade;
+
+/// Puts the stream rows of group `g` under `root` back as JSON and its format version to 3,
+/// directly in RocksDB (which syncs its own files), as a format-3 build left them.
+fn downgrade_to_format_3(root: &Path) {
+    use strata::group::rows::encode_row;
+    use strata::group::stream_row::decode_stream_row;
+    let path = root.join("groups").join("g");
+    let options = rocksdb::Options::default();
+    let families = rocksdb::DB::list_cf(&options, &path).expect("families");
+    let db = rocksdb::DB::open_cf(&options, &path, families).expect("the group's RocksDB");
+    let streams = db.cf_handle("streams").expect("streams");
+    let rows: Vec<_> = db
+        .iterator_cf(streams, rocksdb::IteratorMode::Start)
+        .map(|kv| kv.expect("a row"))
+        .collect();
+    for (key, value) in rows {
+        let json = encode_row(&decode_stream_row(&value).expect("a stream row")).unwrap();
+        db.put_cf(streams, key, json).unwrap();
+    }
+    let meta = db.cf_handle("meta").expect("meta");
+    db.put_cf(meta, "format_version", 3u64.to_be_bytes())
+        .unwrap();
+    db.flush_cf(streams).unwrap();
+    db.flush_cf(meta).unwrap();
+}
+
+impl Workload for Upgrade {
+    type Acks = GroupAcks;
+
+    fn name(&self) -> &'static str {
+        "group state format 3 upgrade"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut GroupAcks, between: &dyn Fn()) {
+        let rt = runtime();
+        let setup = (|| {
+            let store = Store::open_with(&disk.root, disk.options()).ok()?;
+            let mut engine = open_engine(&store).ok()?;
+            let mut runner = Runner {
+                engine: &mut engine,
+                acks,
+                now: 1_000,
+            };
+            rt.block_on(runner.run(0, Step::Create(0))).ok()?;
+            rt.block_on(runner.run(1, Step::Append(0, 300))).ok()?;
+            drop(engine);
+            store.close_blocking().ok()
+        })();
+        if setup.is_none() || disk.dead() {
+            return;
+        }
+        downgrade_to_format_3(&disk.root);
+        let opened = open_with_retries(disk, &mut acks.tally, between, || {
+            let store = Store::open_with(&disk.root, disk.options()).map_err(|e| e.to_string())?;
+            let engine = open_engine(&store).map_err(|e| e.to_string())?;
+            Ok::<_, String>((store, engine))
+        });
+        let Some((store, mut engine)) = opened else {
+            return;
+        };
+        rt.block_on(async {
+            let mut runner = Runner {
+                engine: &mut engine,
+                acks,
+                now: 2_000,
+            };
+            if let Err(e) = runner.run(2, Step::Append(0, 500)).await {
+                runner.acks.tally.failed(e);
+            }
+            between();
+            runner.acks.tally.halfway = true;
+            let probed = runner.append(0, bytes_of(99, 50)).await;
+            runner.acks.tally.probe_ok = probed.is_ok() && !disk.dead();
+        });
+        drop(engine);
+        if let Err(e) = store.close_blocking() {
+            acks.tally.failed(e);
+        }
+    }
+
+    fn check(&self, root: &Path, acks: &GroupAcks) {
+        Group.check(root, acks);
+    }
+
+    fn outcome(&self, acks: &GroupAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+
+    fn messages(&self, acks: &GroupAcks) -> Vec<String> {
+        acks.tally.messages.clone()
+    }
+}
