@@ -98,7 +98,7 @@ fn create_file(fs: &dyn FileSystem, path: &Path, base: i64, capacity: u64) -> St
 
 impl SegmentWriter {
     /// Creates a new, empty segment of `capacity` bytes at `path` with base offset `base` (see
-    /// `create_file`), mapped writable (its pages faulted in up front when `populate`).
+    /// `create_file`), mapped writable.
     pub fn create(
         fs: &dyn FileSystem,
         path: &Path,
