@@ -44,6 +44,18 @@ fn open_group(store: &Store, dir: &Path) -> DiskGroupEngine {
     DiskGroupEngine::open(store, "orders", cold, group_options()).expect("group")
 }
 
+/// Creates the stream `tenant/orders`.
+async fn create_orders(engine: &mut DiskGroupEngine) -> BucketStreamId {
+    let id = BucketStreamId::new("tenant", "orders");
+    let mut create = CreateStreamRequest::new(id.clone(), CT);
+    create.now_ms = 1;
+    engine
+        .create_stream(create, placement(), ColdWriteAdmission::default())
+        .await
+        .expect("create");
+    id
+}
+
 async fn append(engine: &mut DiskGroupEngine, id: &BucketStreamId, model: &mut Vec<u8>, n: usize) {
     for i in 0..n {
         let payload: Vec<u8> = (0..(60 + (i * 31) % 300)).map(|j| (i + j) as u8).collect();
@@ -122,13 +134,7 @@ async fn backup_of_a_serving_store_restores_every_acknowledged_record_and_group_
         .open_log("events", PARTITIONS, events_options())
         .expect("log");
     let mut engine = open_group(&store, &dir);
-    let id = BucketStreamId::new("tenant", "orders");
-    let mut create = CreateStreamRequest::new(id.clone(), CT);
-    create.now_ms = 1;
-    engine
-        .create_stream(create, placement(), ColdWriteAdmission::default())
-        .await
-        .expect("create");
+    let id = create_orders(&mut engine).await;
     let mut model = Vec::new();
     append(&mut engine, &id, &mut model, 60).await;
     // Part cold, part hot: the backup holds both tiers.
@@ -321,13 +327,7 @@ async fn group_work_during_a_backup_cannot_delete_what_its_checkpoint_needs() {
     let dir = scratch.path().join("store");
     let store = Arc::new(Store::open(&dir).expect("store"));
     let mut engine = open_group(&store, &dir);
-    let id = BucketStreamId::new("tenant", "orders");
-    let mut create = CreateStreamRequest::new(id.clone(), CT);
-    create.now_ms = 1;
-    engine
-        .create_stream(create, placement(), ColdWriteAdmission::default())
-        .await
-        .expect("create");
+    let id = create_orders(&mut engine).await;
     let model = Arc::new(Mutex::new(Vec::new()));
     churn(&mut engine, &id, &model).await;
     let stop = Arc::new(AtomicBool::new(false));

@@ -635,13 +635,7 @@ async fn a_failing_partition_does_not_stop_maintenance_of_the_others_and_is_repo
     use strata::fs::{FaultPlan, OpKind, OpKinds};
     let dir = tempfile::tempdir().unwrap();
     let (fs, store) = common::fault_store(dir.path());
-    let options = LogOptions::default()
-        .with_segment_bytes(4096)
-        .with_retention(
-            RetentionPolicy::default()
-                .with_max_bytes(Some(4096))
-                .with_max_age(None),
-        );
+    let options = small_segments_keeping_4_kib();
     let log = store.open_log("kept", 2, options).unwrap();
     for p in 0..2 {
         for _ in 0..12 {
@@ -679,13 +673,7 @@ async fn a_failing_partition_does_not_stop_maintenance_of_the_others_and_is_repo
 async fn records_held_after_retention_pin_their_segment_and_say_how_much() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let options = LogOptions::default()
-        .with_segment_bytes(4096)
-        .with_retention(
-            RetentionPolicy::default()
-                .with_max_bytes(Some(4096))
-                .with_max_age(None),
-        );
+    let options = small_segments_keeping_4_kib();
     let log = store.open_log("pins", 1, options).unwrap();
     for _ in 0..12 {
         log.append(0, vec![NewRecord::value(1, Bytes::from(vec![3u8; 900]))])
@@ -1009,4 +997,15 @@ fn rolls_retention_and_compaction_report_spans_and_events() {
             "{needle:?} missing from:\n{events}"
         );
     }
+}
+
+/// 4 KiB segments; retention keeps 4 KiB per partition, whatever their age.
+fn small_segments_keeping_4_kib() -> LogOptions {
+    LogOptions::default()
+        .with_segment_bytes(4096)
+        .with_retention(
+            RetentionPolicy::default()
+                .with_max_bytes(Some(4096))
+                .with_max_age(None),
+        )
 }

@@ -256,6 +256,19 @@ impl Runner<'_> {
     }
 }
 
+/// Opens the store on `disk` and group `g` in it, retrying as a client would.
+fn open_store_and_engine(
+    disk: &Disk,
+    acks: &mut GroupAcks,
+    between: &dyn Fn(),
+) -> Option<(Store, DiskGroupEngine)> {
+    open_with_retries(disk, &mut acks.tally, between, || {
+        let store = Store::open_with(&disk.root, disk.options()).map_err(|e| e.to_string())?;
+        let engine = open_engine(&store).map_err(|e| e.to_string())?;
+        Ok::<_, String>((store, engine))
+    })
+}
+
 /// Stream commands and cold work on one group.
 pub struct Group;
 
@@ -267,12 +280,7 @@ impl Workload for Group {
     }
 
     fn run(&self, disk: &Disk, acks: &mut GroupAcks, between: &dyn Fn()) {
-        let opened = open_with_retries(disk, &mut acks.tally, between, || {
-            let store = Store::open_with(&disk.root, disk.options()).map_err(|e| e.to_string())?;
-            let engine = open_engine(&store).map_err(|e| e.to_string())?;
-            Ok::<_, String>((store, engine))
-        });
-        let Some((store, mut engine)) = opened else {
+        let Some((store, mut engine)) = open_store_and_engine(disk, acks, between) else {
             return;
         };
         let rt = runtime();
@@ -431,12 +439,7 @@ impl Workload for Upgrade {
             return;
         }
         downgrade_to_format_3(&disk.root);
-        let opened = open_with_retries(disk, &mut acks.tally, between, || {
-            let store = Store::open_with(&disk.root, disk.options()).map_err(|e| e.to_string())?;
-            let engine = open_engine(&store).map_err(|e| e.to_string())?;
-            Ok::<_, String>((store, engine))
-        });
-        let Some((store, mut engine)) = opened else {
+        let Some((store, mut engine)) = open_store_and_engine(disk, acks, between) else {
             return;
         };
         rt.block_on(async {

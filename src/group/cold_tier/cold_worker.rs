@@ -40,6 +40,22 @@ fn legacy_chunk_prefix(id: &BucketStreamId) -> String {
 }
 
 impl DiskGroupEngine {
+    /// Runs one cold-tier task as a command ([`Self::begin`], then the cold-index pages its
+    /// commits changed, then [`Self::end`]) in a `strata.cold` span, and reports its outcome.
+    async fn cold_task<T: std::fmt::Debug>(
+        &mut self,
+        task: &'static str,
+        steps: impl AsyncFnOnce(&mut Self) -> Result<T, GroupEngineError>,
+    ) -> Result<T, GroupEngineError> {
+        self.begin()?;
+        let span = tracing::info_span!("strata.cold", group = %self.name, task);
+        let result = steps(self).instrument(span).await;
+        self.publish_cold_index().await;
+        self.end();
+        trace(&self.name, task, &result);
+        result
+    }
+
     /// Moves up to `max_bytes` of a stream's hot prefix to the cold tier: plans, uploads one
     /// zstd cold object, commits it with `flush_cold`, then reclaims segments nothing references.
     /// An upload failure leaves state untouched (the object, if partly written, is unreferenced
@@ -50,16 +66,10 @@ impl DiskGroupEngine {
         max_bytes: usize,
         placement: ShardPlacement,
     ) -> Result<Option<u64>, GroupEngineError> {
-        self.begin()?;
-        let span = cold_span(&self.name, "cold flush");
-        let result = self
-            .flush_stream_cold_steps(id, max_bytes, placement)
-            .instrument(span)
-            .await;
-        self.publish_cold_index().await;
-        self.end();
-        trace(&self.name, "cold flush", &result);
-        result
+        self.cold_task("cold flush", async |e| {
+            e.flush_stream_cold_steps(id, max_bytes, placement).await
+        })
+        .await
     }
 
     async fn flush_stream_cold_steps(
@@ -166,16 +176,11 @@ impl DiskGroupEngine {
         gc_not_before_ms: u64,
         placement: ShardPlacement,
     ) -> Result<u64, GroupEngineError> {
-        self.begin()?;
-        let span = cold_span(&self.name, "cold compaction");
-        let result = self
-            .compact_stream_cold_steps(id, small_bytes, max_inputs, gc_not_before_ms, placement)
-            .instrument(span)
-            .await;
-        self.publish_cold_index().await;
-        self.end();
-        trace(&self.name, "cold compaction", &result);
-        result
+        self.cold_task("cold compaction", async |e| {
+            e.compact_stream_cold_steps(id, small_bytes, max_inputs, gc_not_before_ms, placement)
+                .await
+        })
+        .await
     }
 
     async fn compact_stream_cold_steps(
@@ -250,16 +255,10 @@ impl DiskGroupEngine {
         max: usize,
         placement: ShardPlacement,
     ) -> Result<ColdGcReport, GroupEngineError> {
-        self.begin()?;
-        let span = cold_span(&self.name, "cold GC");
-        let result = self
-            .run_cold_gc_steps(now_ms, max, placement)
-            .instrument(span)
-            .await;
-        self.publish_cold_index().await;
-        self.end();
-        trace(&self.name, "cold GC", &result);
-        result
+        self.cold_task("cold GC", async |e| {
+            e.run_cold_gc_steps(now_ms, max, placement).await
+        })
+        .await
     }
 
     async fn run_cold_gc_steps(
@@ -331,13 +330,10 @@ impl DiskGroupEngine {
     /// uploaded through this cold store. The grace period fences uploads in flight elsewhere (a
     /// runtime that uploads, then calls `flush_cold` later). Returns objects deleted.
     pub async fn sweep_orphan_objects(&mut self) -> Result<u64, GroupEngineError> {
-        self.begin()?;
-        let span = cold_span(&self.name, "orphan sweep");
-        let result = self.sweep_orphan_objects_steps().instrument(span).await;
-        self.publish_cold_index().await;
-        self.end();
-        trace(&self.name, "orphan sweep", &result);
-        result
+        self.cold_task("orphan sweep", async |e| {
+            e.sweep_orphan_objects_steps().await
+        })
+        .await
     }
 
     async fn sweep_orphan_objects_steps(&mut self) -> Result<u64, GroupEngineError> {
@@ -412,11 +408,6 @@ impl DiskGroupEngine {
         *commits = (*commits).min(durable);
         Ok(self.payloads.reclaim(&lowest)?)
     }
-}
-
-/// The span a cold-tier task of `group` runs in.
-fn cold_span(group: &str, task: &'static str) -> tracing::Span {
-    tracing::info_span!("strata.cold", group, task)
 }
 
 /// Reports the outcome of a cold-tier task of `group` (an event; a warning when it failed).
