@@ -119,3 +119,10 @@ fn cold_object_decode_corpus() {
 fn commit_record_decode_corpus() {
     run("commit_record_decode", properties::commit_record_round_trip);
 }
+
+/// The group stream row codec (behind `ursula`, like the commit record: mutations only).
+#[cfg(feature = "ursula")]
+#[test]
+fn stream_row_decode_corpus() {
+    run("stream_row_decode", properties::stream_row_round_trip);
+}
