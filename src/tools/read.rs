@@ -14,7 +14,8 @@ pub enum ReadFrom {
     Offset(i64),
     /// At the first record whose timestamp (ms since the Unix epoch) is at or after this.
     Time(i64),
-    /// At the last `n` records before the high-water mark.
+    /// At the last `n` records before the high-water mark (offsets keyed compaction removed
+    /// are not records: the read starts far enough back to find `n`, or at the low-water mark).
     Last(u64),
 }
 
@@ -32,23 +33,42 @@ pub fn write_records(
     let start = match from {
         ReadFrom::Offset(offset) => offset.max(low),
         ReadFrom::Time(ms) => log.offset_for_timestamp(partition, ms)?.unwrap_or(high),
-        ReadFrom::Last(n) => high
-            .saturating_sub(i64::try_from(n).unwrap_or(i64::MAX))
-            .max(low),
+        ReadFrom::Last(n) => last_start(log, partition, n, (low, high))?,
     };
-    let until = start
-        .saturating_add(i64::try_from(max).unwrap_or(i64::MAX))
-        .min(high);
+    // A window of as many offsets as records are still wanted holds at most that many records
+    // (compaction leaves gaps), so the windows go on until `max` are written or the end.
     let mut written = 0;
-    let mut line = |r: RecordRef<'_>| -> StoreResult<()> {
-        if written < max {
+    let mut at = start;
+    while at < high && written < max {
+        let wanted = i64::try_from(max - written).unwrap_or(i64::MAX);
+        let until = at.saturating_add(wanted).min(high);
+        log.visit(partition, at, until, &mut |r: RecordRef<'_>| {
             writeln!(out, "{}", record_json(partition, &r)).map_err(StoreError::Output)?;
             written += 1;
-        }
-        Ok(())
-    };
-    log.visit(partition, start, until, &mut line)?;
+            Ok::<(), StoreError>(())
+        })?;
+        at = until;
+    }
     Ok(written)
+}
+
+/// The offset from which `[start, high)` holds the last `n` records of `partition` (or all of
+/// them, from `low`). Each step back covers as many offsets as records are missing, so the
+/// range never holds more than `n`.
+fn last_start(log: &Log, partition: u32, n: u64, (low, high): (i64, i64)) -> StoreResult<i64> {
+    let back = |from: i64, by: u64| from.saturating_sub(i64::try_from(by).unwrap_or(i64::MAX));
+    let mut start = back(high, n).max(low);
+    loop {
+        let mut count = 0u64;
+        log.visit(partition, start, high, &mut |_: RecordRef<'_>| {
+            count += 1;
+            Ok::<(), StoreError>(())
+        })?;
+        if count >= n || start <= low {
+            return Ok(start);
+        }
+        start = back(start, n - count).max(low);
+    }
 }
 
 /// One record as a JSON object: `partition`, `offset`, `timestamp`, then `key` and `value` as
