@@ -19,7 +19,7 @@ use ursula_runtime::{
 };
 use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
 
-use super::bench::{AppendRun, Comparison, Timer};
+use super::bench::{AppendRun, Comparison, Timer, READ_PASSES};
 use crate::cold::ColdStore;
 use crate::group::{DiskGroupEngine, GroupOptions};
 use crate::store::Store;
@@ -302,8 +302,8 @@ pub async fn compare_group(
         rocksdb,
     ));
 
-    let (hot_bytes, strata) = strata_read(&mut engine, w, 0).await?;
-    let (rocks_bytes, rocksdb) = rocks.read(w)?;
+    let (hot_bytes, strata) = fastest_strata_read(&mut engine, w).await?;
+    let (rocks_bytes, rocksdb) = fastest((0..READ_PASSES).map(|_| rocks.read(w)))?;
     if hot_bytes != rocks_bytes {
         return Err(format!(
             "read {hot_bytes} bytes from Strata, {rocks_bytes} from RocksDB"
@@ -318,11 +318,11 @@ pub async fn compare_group(
     ));
 
     let flush = strata_flush_all(&mut engine).await?;
-    let (cold_bytes, strata) = strata_read(&mut engine, w, 0).await?;
+    let (cold_bytes, strata) = fastest_strata_read(&mut engine, w).await?;
     if cold_bytes != hot_bytes {
         return Err(format!("read {cold_bytes} cold bytes, {hot_bytes} hot"));
     }
-    let (_, rocksdb) = rocks.read(w)?;
+    let (_, rocksdb) = fastest((0..READ_PASSES).map(|_| rocks.read(w)))?;
     out.push(row(
         format!("read cold (local store), {} KiB pages", w.read_page / 1024),
         (pages, hot_bytes),
@@ -330,6 +330,36 @@ pub async fn compare_group(
         rocksdb,
     ));
     Ok((out, flush))
+}
+
+/// The fastest of [`READ_PASSES`] whole-stream reads of Strata (as the log's read rows do).
+async fn fastest_strata_read(
+    engine: &mut DiskGroupEngine,
+    w: &GroupWorkload,
+) -> Result<(u64, AppendRun), String> {
+    let mut runs = Vec::with_capacity(READ_PASSES);
+    for _ in 0..READ_PASSES {
+        runs.push(strata_read(engine, w, 0).await);
+    }
+    fastest(runs)
+}
+
+/// The run with the least wall time; every run must have read the same bytes.
+fn fastest(
+    runs: impl IntoIterator<Item = Result<(u64, AppendRun), String>>,
+) -> Result<(u64, AppendRun), String> {
+    let mut best: Option<(u64, AppendRun)> = None;
+    for run in runs {
+        let (bytes, run) = run?;
+        match &best {
+            Some((seen, _)) if *seen != bytes => {
+                return Err(format!("one pass read {seen} bytes, another {bytes}"))
+            }
+            Some((_, fastest)) if fastest.elapsed <= run.elapsed => {}
+            _ => best = Some((bytes, run)),
+        }
+    }
+    best.ok_or_else(|| "no read pass ran".to_string())
 }
 
 /// A comparison of `(operations, bytes)` from both engines' runs, with their latencies.
