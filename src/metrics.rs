@@ -6,15 +6,20 @@ use std::time::Duration;
 
 use crate::log::MaintenanceReport;
 
-/// One log's append metrics, registered once at open (so a recorder must be installed before
-/// the store opens its logs): records and bytes appended, the latency of durable appends, and
-/// records per group-commit round.
+/// One log's append and sync metrics, registered once at open (so a recorder must be
+/// installed before the store opens its logs): records and bytes appended, the latency of
+/// durable appends, and per group-commit round its records, bytes and latency.
 #[derive(Debug, Clone)]
 pub(crate) struct LogMetrics {
     records: metrics::Counter,
     bytes: metrics::Counter,
     append_seconds: metrics::Histogram,
     round_records: metrics::Histogram,
+    sync_rounds: metrics::Counter,
+    synced_bytes: metrics::Counter,
+    sync_failures: metrics::Counter,
+    round_seconds: metrics::Histogram,
+    round_bytes: metrics::Histogram,
 }
 
 impl LogMetrics {
@@ -25,8 +30,26 @@ impl LogMetrics {
             records: metrics::counter!("strata_appended_records_total", "log" => log.clone()),
             bytes: metrics::counter!("strata_appended_bytes_total", "log" => log.clone()),
             append_seconds: metrics::histogram!("strata_append_seconds", "log" => log.clone()),
-            round_records: metrics::histogram!("strata_sync_round_records", "log" => log),
+            round_records: metrics::histogram!("strata_sync_round_records", "log" => log.clone()),
+            sync_rounds: metrics::counter!("strata_sync_rounds_total", "log" => log.clone()),
+            synced_bytes: metrics::counter!("strata_synced_bytes_total", "log" => log.clone()),
+            sync_failures: metrics::counter!("strata_sync_failures_total", "log" => log.clone()),
+            round_seconds: metrics::histogram!("strata_sync_round_seconds", "log" => log.clone()),
+            round_bytes: metrics::histogram!("strata_sync_round_bytes", "log" => log),
         }
+    }
+
+    /// One group-commit round of the log's journal: bytes made durable, and how long it took
+    /// (a failed round counts as a failure only).
+    pub fn sync_round(&self, bytes: u64, took: Duration, ok: bool) {
+        if !ok {
+            self.sync_failures.increment(1);
+            return;
+        }
+        self.sync_rounds.increment(1);
+        self.synced_bytes.increment(bytes);
+        self.round_seconds.record(took);
+        self.round_bytes.record(bytes as f64);
     }
 
     /// One write of `records` records in `bytes` bytes of batches.
@@ -44,19 +67,6 @@ impl LogMetrics {
     pub fn round(&self, records: u64) {
         self.round_records.record(records as f64);
     }
-}
-
-/// One group-commit round of `log`'s journal: bytes made durable, and how long it took.
-pub(crate) fn sync_round(log: &str, bytes: u64, took: Duration, ok: bool) {
-    let log = log.to_string();
-    if !ok {
-        metrics::counter!("strata_sync_failures_total", "log" => log).increment(1);
-        return;
-    }
-    metrics::counter!("strata_sync_rounds_total", "log" => log.clone()).increment(1);
-    metrics::counter!("strata_synced_bytes_total", "log" => log.clone()).increment(bytes);
-    metrics::histogram!("strata_sync_round_seconds", "log" => log.clone()).record(took);
-    metrics::histogram!("strata_sync_round_bytes", "log" => log).record(bytes as f64);
 }
 
 /// What one maintenance pass of `log` did.

@@ -168,7 +168,8 @@ impl GroupCommit {
         let bytes = outcome
             .as_ref()
             .map_or(0, |upto| upto.saturating_sub(self.synced()));
-        crate::metrics::sync_round(&log.name, bytes, started.elapsed(), outcome.is_ok());
+        log.metrics
+            .sync_round(bytes, started.elapsed(), outcome.is_ok());
         if let Ok(upto) = &outcome {
             // Readable before acknowledged: publish, then let anyone see the new position.
             log.publish_journaled(*upto);
