@@ -52,7 +52,8 @@ const MESSAGES_CF_INDEX: u8 = cf_position(CF_MESSAGES);
 /// Index of [`CF_EXTERNAL`] in [`COLUMN_FAMILIES`].
 const EXTERNAL_CF_INDEX: u8 = cf_position(CF_EXTERNAL);
 
-/// Where `name` is in [`COLUMN_FAMILIES`] (at compile time; a missing name fails the build).
+/// Where `name` is in [`COLUMN_FAMILIES`]: the `cf` byte of a commit record (in a const, a
+/// missing name fails the build; at run time it panics: callers pass the `CF_*` constants).
 const fn cf_position(name: &str) -> u8 {
     let mut i = 0;
     while i < COLUMN_FAMILIES.len() {
@@ -113,13 +114,6 @@ pub(crate) struct Tx {
     record: CommitRecord,
     error: Option<GroupError>,
     dirty_streams: Vec<BucketStreamId>,
-}
-
-/// The index of column family `name` in [`COLUMN_FAMILIES`] (the `cf` byte of a commit record).
-fn cf_index(name: &str) -> u8 {
-    let index = COLUMN_FAMILIES.iter().position(|cf| *cf == name);
-    assert!(index.is_some(), "unknown column family {name}");
-    index.map_or(u8::MAX, |i| i as u8)
 }
 
 impl GroupDb {
@@ -669,7 +663,7 @@ fn message_start(key: &[u8], prefix_len: usize) -> Result<u64, GroupError> {
 impl Tx {
     fn put_raw(&mut self, cf: &str, key: &[u8], value: &[u8]) {
         self.record.push(Op::Put {
-            cf: cf_index(cf),
+            cf: cf_position(cf),
             key,
             value,
         });
@@ -677,14 +671,14 @@ impl Tx {
 
     fn delete_raw(&mut self, cf: &str, key: &[u8]) {
         self.record.push(Op::Delete {
-            cf: cf_index(cf),
+            cf: cf_position(cf),
             key,
         });
     }
 
     fn delete_range(&mut self, cf: &str, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>) {
         self.record.push(Op::DeleteRange {
-            cf: cf_index(cf),
+            cf: cf_position(cf),
             from: from.as_ref(),
             to: to.as_ref(),
         });
