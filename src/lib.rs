@@ -48,6 +48,7 @@ pub mod event_log;
 pub mod fs;
 #[cfg(feature = "ursula")]
 pub mod group;
+pub mod hold;
 pub mod log;
 mod metrics;
 pub mod segment;

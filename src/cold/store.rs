@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -17,6 +16,7 @@ use super::cache::ObjectCache;
 use super::local::{off_executor, LocalDir};
 use super::{decode_cold_object, ColdError, COLD_OBJECT_SUFFIX};
 use crate::fs::{Fs, RealFs};
+use crate::hold::Holds;
 
 /// Where the objects are.
 #[derive(Clone)]
@@ -36,21 +36,12 @@ pub struct ColdStore {
     /// Objects whose upload began and has not ended: the orphan sweep leaves them alone.
     uploading: Arc<Mutex<HashSet<String>>>,
     /// Backups in progress that need every object kept (see [`ColdStore::hold_deletes`]).
-    delete_holds: Arc<AtomicUsize>,
+    delete_holds: Holds,
 }
 
 /// Refuses [`ColdStore::delete`] until dropped (a backup copying what the objects' group
 /// state references).
-#[derive(Debug)]
-pub struct DeleteHold {
-    holds: Arc<AtomicUsize>,
-}
-
-impl Drop for DeleteHold {
-    fn drop(&mut self) {
-        self.holds.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+pub type DeleteHold = crate::hold::Hold;
 
 /// An upload in flight, registered with its [`ColdStore`] until dropped.
 #[derive(Debug)]
@@ -123,7 +114,7 @@ impl ColdStore {
             description,
             cache: Arc::new(Mutex::new(ObjectCache::new(COLD_CACHE_BYTES))),
             uploading: Arc::new(Mutex::new(HashSet::new())),
-            delete_holds: Arc::default(),
+            delete_holds: Holds::default(),
         }
     }
 
@@ -131,15 +122,12 @@ impl ColdStore {
     /// [`ColdStore::delete`] fails with [`ColdError::DeletesHeld`], and cold GC and the orphan
     /// sweep leave their work (from the first refused delete on) for a later run.
     pub fn hold_deletes(&self) -> DeleteHold {
-        self.delete_holds.fetch_add(1, Ordering::AcqRel);
-        DeleteHold {
-            holds: self.delete_holds.clone(),
-        }
+        self.delete_holds.hold()
     }
 
     /// True while a [`DeleteHold`] is alive.
     pub fn deletes_held(&self) -> bool {
-        self.delete_holds.load(Ordering::Acquire) > 0
+        self.delete_holds.held()
     }
 
     /// The same store with an object cache of at most `bytes` decoded bytes (default

@@ -8,8 +8,6 @@
 //! them by scanning, CRC by CRC) and no journal (every published byte is in the segments).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use super::Log;
 use crate::error::StoreResult;
@@ -18,30 +16,18 @@ use crate::segment::segment_file_name;
 
 /// Keeps [`Log::delete_segments_before`] from deleting anything until dropped (a backup that
 /// must find every segment its group's state referenced when the hold began).
-#[derive(Debug)]
-pub struct DeletionHold {
-    holds: Arc<AtomicUsize>,
-}
-
-impl Drop for DeletionHold {
-    fn drop(&mut self) {
-        self.holds.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+pub type DeletionHold = crate::hold::Hold;
 
 impl Log {
     /// Holds the owner's segment deletions ([`Log::delete_segments_before`] deletes nothing
     /// and reports so) until the guard drops.
     pub fn hold_deletions(&self) -> DeletionHold {
-        self.inner.deletion_holds.fetch_add(1, Ordering::AcqRel);
-        DeletionHold {
-            holds: self.inner.deletion_holds.clone(),
-        }
+        self.inner.deletion_holds.hold()
     }
 
     /// True while a [`DeletionHold`] is alive.
     pub(crate) fn deletions_held(&self) -> bool {
-        self.inner.deletion_holds.load(Ordering::Acquire) > 0
+        self.inner.deletion_holds.held()
     }
 
     /// Writes every partition's segments, as of one snapshot per partition, into `dest` (the

@@ -3,7 +3,7 @@
 //! syncs buffered logs and retires journal files.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -48,7 +48,7 @@ pub(crate) struct LogInner {
     /// Keeps the store's directory lock alive until the log is closed.
     pub lock: Mutex<Option<Arc<dyn Send + Sync>>>,
     /// Backups in progress that need this log's segments kept (see `Log::hold_deletions`).
-    pub deletion_holds: Arc<AtomicUsize>,
+    pub deletion_holds: crate::hold::Holds,
     /// Its metric handles.
     pub metrics: crate::metrics::LogMetrics,
     /// Records written to the journal, and those the last completed round made durable (for

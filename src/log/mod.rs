@@ -173,7 +173,7 @@ impl Log {
             maintenance_status: Mutex::new(MaintenanceStatus::default()),
             background: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
-            deletion_holds: Arc::default(),
+            deletion_holds: Default::default(),
             metrics,
             journaled_records: AtomicU64::new(0),
             synced_records: AtomicU64::new(0),
