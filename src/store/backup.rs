@@ -221,8 +221,8 @@ impl Store {
                 Some(log) => log.copy_segments(fs, &dest)?,
                 None => {
                     // Held so that nobody opens (and writes) the log while it is copied.
-                    let _logs = self.inner.logs.lock().unwrap_or_else(|p| p.into_inner());
-                    if self.open_log_handle_locked(&_logs, &entry.name).is_some() {
+                    let logs = self.inner.logs.lock().unwrap_or_else(|p| p.into_inner());
+                    if self.open_log_handle_locked(&logs, &entry.name).is_some() {
                         return Err(StoreError::Invalid(format!(
                             "log {:?} was opened while the backup started copying it; retry",
                             entry.name
