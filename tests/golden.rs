@@ -503,7 +503,8 @@ mod group_state {
                 object_offset: 0,
                 shared_object: false,
                 payload_digest: String::new(),
-            }],
+            }]
+            .into(),
             partition: 3,
             records: None,
             external_hot: 0,
@@ -529,7 +530,7 @@ mod group_state {
         assert_eq!(
             decoded,
             StreamRow {
-                cold_chunks: Vec::new(),
+                cold_chunks: Default::default(),
                 ..stream.clone()
             }
         );
@@ -541,7 +542,7 @@ mod group_state {
                 payload: b"checkpoint bytes".to_vec(),
                 digest: "ab".repeat(32),
             }),
-            cold_chunks: Vec::new(),
+            cold_chunks: Default::default(),
             ..stream.clone()
         };
         let b = vector(

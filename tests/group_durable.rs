@@ -1282,3 +1282,110 @@ async fn a_format_3_database_with_json_stream_rows_opens_and_writes_binary_rows(
         .unwrap();
     assert_eq!(row[0], 2, "the stream's next change wrote a binary row");
 }
+
+/// What the engine answers about a stream: its bytes, head (tail, integrity, ...) and the
+/// group's commit index.
+async fn observed(engine: &mut DiskGroupEngine, id: &BucketStreamId) -> (Vec<u8>, String, u64) {
+    let bytes = read(engine, id, 0, 2).await.expect("read");
+    let head = engine
+        .head_stream(
+            HeadStreamRequest {
+                stream_id: id.clone(),
+                now_ms: 2,
+            },
+            p(),
+        )
+        .await
+        .expect("head");
+    (bytes, format!("{head:?}"), engine.commit_index())
+}
+
+/// Persist, then apply, when the persist fails: a command whose file operations fail at any
+/// one point (a write, a sync, a preparation of journal space) leaves memory as the disk has
+/// it. The next command first settles the failed one (the log decides whether its record
+/// counts; memory is never reloaded) and then works; what the engine then answers equals what
+/// a reopened engine answers, and a failed command took effect in both or in neither. Run for
+/// a stream whose payloads share the payload log's partition with the commit records and for
+/// one whose payloads do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_failing_at_any_file_operation_is_settled_without_reloading_memory() {
+    let shared = (0..)
+        .map(|i| BucketStreamId::new("tenant", format!("s{i}")))
+        .find(|id| DiskGroupEngine::payload_partition(id) == 0)
+        .expect("a stream in partition 0");
+    let own = (0..)
+        .map(|i| BucketStreamId::new("tenant", format!("s{i}")))
+        .find(|id| DiskGroupEngine::payload_partition(id) != 0)
+        .expect("a stream in another partition");
+    for id in [shared, own] {
+        fail_each_operation_of_a_batch(&id).await;
+    }
+}
+
+async fn fail_each_operation_of_a_batch(id: &BucketStreamId) {
+    use strata::fs::{FaultFs, FaultPlan, OpKinds};
+    let open_on = |dir: &Path, fs: &FaultFs| {
+        let options = strata::StoreOptions::default().with_fs(fs.shared());
+        let store = Arc::new(Store::open_with(dir, options).expect("store"));
+        let cold = ColdStore::local_with_fs(store.fs().clone(), &dir.join("cold")).expect("cold");
+        let engine = DiskGroupEngine::open(&store, "g", cold, GroupOptions::default()).unwrap();
+        (store, engine)
+    };
+    let (mut failed, mut took_effect) = (0, 0);
+    for n in 0.. {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FaultFs::new(dir.path()).unwrap();
+        let (store, mut engine) = open_on(dir.path(), &fs);
+        engine
+            .create_stream(create(id, 1), p(), none())
+            .await
+            .unwrap();
+        engine
+            .append(append(id, b"a", 1, None), p(), none())
+            .await
+            .unwrap();
+        let before = fs.count(OpKinds::ALL);
+        fs.set_plan(FaultPlan::FailAt {
+            n,
+            kinds: OpKinds::ALL,
+        });
+        let batch = AppendBatchRequest {
+            content_type: CT.into(),
+            now_ms: 1,
+            ..AppendBatchRequest::new(id.clone(), vec![Bytes::from_static(b"bb"); 3])
+        };
+        let result = engine.append_batch(batch, p(), none()).await;
+        let fired = fs.count(OpKinds::ALL) - before > n;
+        fs.set_plan(FaultPlan::None);
+        if !fired {
+            result.expect("no fault, no error");
+            break;
+        }
+        let ok = result
+            .as_ref()
+            .is_ok_and(|r| r.items.iter().all(|i| i.is_ok()));
+        failed += usize::from(!ok);
+        engine
+            .append(append(id, b"c", 1, None), p(), none())
+            .await
+            .unwrap_or_else(|e| panic!("fault at op {n}: the next command failed: {e}"));
+        let memory = observed(&mut engine, id).await;
+        assert!(
+            memory.0 == b"abbbbbbc" || (!ok && memory.0 == b"ac"),
+            "fault at op {n} (command ok: {ok}): the stream holds {:?}",
+            String::from_utf8_lossy(&memory.0)
+        );
+        took_effect += usize::from(!ok && memory.0 == b"abbbbbbc");
+        drop(engine);
+        store.close_blocking().expect("close");
+        drop(store);
+        let (_store, mut engine) = open_on(dir.path(), &fs);
+        assert_eq!(
+            observed(&mut engine, id).await,
+            memory,
+            "fault at op {n}: memory differs from the disk"
+        );
+    }
+    println!("{id}: {failed} failed commands, {took_effect} of them took effect after settling");
+    assert!(failed > 0, "no fault made the command fail");
+}

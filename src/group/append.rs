@@ -82,24 +82,25 @@ impl DiskGroupEngine {
     /// Checks one append against the stream (ursula's order of checks). `Ok(Err(outcome))` is an
     /// answer without a write (a duplicate); `Ok(Ok(plan))` must then be applied.
     pub(crate) fn plan_append(
-        &mut self,
+        &self,
         tx: &mut Tx,
         input: AppendInput,
     ) -> Result<Result<PlannedAppend, AppendOutcome>, GroupEngineError> {
         let id = input.stream_id.clone();
-        self.validate_scope(&id)?;
+        self.validate_scope(&tx.state, &id)?;
         validate_producer(input.producer.as_ref())?;
-        if !self.state.streams.contains_key(&id) {
+        if !tx.state.streams.contains_key(&id) {
             return Err(not_found(&id));
         }
         if self.expire_if_due(tx, &id, input.now_ms) {
             return Err(not_found(&id));
         }
         if let ProducerDecision::Duplicate { receipt, producer } =
-            self.evaluate_producer(&id, input.producer.as_ref())?
+            self.evaluate_producer(&tx.state, &id, input.producer.as_ref())?
         {
             if input.payload.is_empty() {
                 let record_range = self.record_range_for(
+                    &tx.state,
                     &id,
                     receipt.next_offset,
                     receipt.next_offset,
@@ -112,6 +113,7 @@ impl DiskGroupEngine {
                 }));
             }
             let record_range = self.record_range_for(
+                &tx.state,
                 &id,
                 receipt.start_offset,
                 receipt.next_offset,
@@ -127,7 +129,7 @@ impl DiskGroupEngine {
             }));
         }
         if let Some(expected) = input.record_match {
-            let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+            let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
             records::check_record_match(row, expected)?;
         }
         let ends = match &input.content_type {
@@ -135,19 +137,19 @@ impl DiskGroupEngine {
             None => Vec::new(),
         };
         {
-            let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+            let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
             records::prepare(row, input.payload.len() as u64, &ends)?;
         }
         if !input.payload.is_empty() {
-            self.check_retained_quota(&id.bucket_id, input.payload.len() as u64)?;
+            self.check_retained_quota(&tx.state, &id.bucket_id, input.payload.len() as u64)?;
         }
-        let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+        let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
         let m = &row.metadata;
         if is_closed(m) {
             if input.close_after && input.payload.is_empty() {
                 let tail = m.tail_offset;
                 let record_range =
-                    self.record_range_for(&id, tail, tail, input.producer.as_ref())?;
+                    self.record_range_for(&tx.state, &id, tail, tail, input.producer.as_ref())?;
                 return Ok(Err(AppendOutcome::Closed {
                     next_offset: tail,
                     deduplicated: false,
@@ -177,7 +179,7 @@ impl DiskGroupEngine {
 
     /// Applies a planned append whose payload (if any) already sits at `log_offset`.
     pub(crate) fn apply_append(
-        &mut self,
+        &self,
         tx: &mut Tx,
         plan: PlannedAppend,
         log_offset: Option<u64>,
@@ -185,8 +187,8 @@ impl DiskGroupEngine {
         let input = plan.input;
         let id = input.stream_id.clone();
         let len = input.payload.len() as u64;
-        // In place (a failed command reloads memory): no copy of the row per append.
-        let mut row = self
+        // The planned state's copy of the row (made by its first change in this command).
+        let mut row = tx
             .state
             .streams
             .get_mut(&id)
@@ -231,7 +233,7 @@ impl DiskGroupEngine {
             self.record_producer(tx, &id, p, vec![item]);
         }
         self.save_stream(tx, &id);
-        self.state.commit_index += 1;
+        tx.state.commit_index += 1;
         if input.payload.is_empty() {
             return Ok(AppendOutcome::Closed {
                 next_offset,
@@ -253,7 +255,7 @@ impl DiskGroupEngine {
 
     /// Plans, writes the payload, and applies one append into `tx` (not committed).
     pub(crate) async fn append_core(
-        &mut self,
+        &self,
         tx: &mut Tx,
         input: AppendInput,
         admission: ColdWriteAdmission,
@@ -268,18 +270,18 @@ impl DiskGroupEngine {
                         ..
                     }
                 ) {
-                    self.state.commit_index += 1;
+                    tx.state.commit_index += 1;
                 }
                 return Ok(answer);
             }
             Ok(plan) => plan,
         };
         let id = plan.input.stream_id.clone();
-        self.check_admission(&id, admission, plan.input.payload.len() as u64)?;
+        self.check_admission(&tx.state, &id, admission, plan.input.payload.len() as u64)?;
         let log_offset = if plan.input.payload.is_empty() {
             None
         } else {
-            let partition = self.state.streams.get(&id).map_or(0, |r| r.partition);
+            let partition = tx.state.streams.get(&id).map_or(0, |r| r.partition);
             let offsets = self
                 .payloads
                 .append(
@@ -297,6 +299,7 @@ impl DiskGroupEngine {
     /// The response for an append outcome.
     pub(crate) fn append_response(
         &self,
+        state: &GroupState,
         id: &BucketStreamId,
         outcome: AppendOutcome,
         placement: ShardPlacement,
@@ -310,19 +313,19 @@ impl DiskGroupEngine {
                 producer,
                 record_range,
             } => {
-                let row = self.state.streams.get(id);
+                let row = state.streams.get(id);
                 Ok(AppendResponse {
                     placement,
                     start_offset: offset,
                     next_offset,
                     stream_append_count: row.map_or(0, |r| r.append_count),
-                    group_commit_index: self.state.commit_index,
+                    group_commit_index: state.commit_index,
                     closed,
                     deduplicated,
                     producer,
                     record_range,
                     stream_hot_bytes: row.map_or(0, GroupState::stream_hot_bytes),
-                    group_hot_bytes: self.state.group_hot_bytes(),
+                    group_hot_bytes: state.group_hot_bytes(),
                 })
             }
             other => Err(GroupEngineError::new(format!(
@@ -342,13 +345,13 @@ impl DiskGroupEngine {
         if admission.max_hot_bytes_per_group.is_none() {
             self.ensure_access(&id, request.now_ms, false, placement)?;
         }
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let outcome = match self.append_core(&mut tx, request.into(), admission).await {
             // Under admission ursula previews on a copy: a refused append changes nothing.
-            Err(e) if admission.max_hot_bytes_per_group.is_some() => return self.rollback(&tx, e),
+            Err(e) if admission.max_hot_bytes_per_group.is_some() => return Err(e),
             outcome => outcome,
         };
-        let response = outcome.and_then(|o| self.append_response(&id, o, placement));
+        let response = outcome.and_then(|o| self.append_response(&tx.state, &id, o, placement));
         self.finish(tx, response)
     }
 
@@ -360,7 +363,7 @@ impl DiskGroupEngine {
     ) -> Result<CloseStreamResponse, GroupEngineError> {
         let id = request.stream_id.clone();
         self.ensure_access(&id, request.now_ms, false, placement)?;
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let input = AppendInput {
             stream_id: id.clone(),
             content_type: None,
@@ -383,7 +386,7 @@ impl DiskGroupEngine {
             } => Ok(CloseStreamResponse {
                 placement,
                 next_offset,
-                group_commit_index: self.state.commit_index,
+                group_commit_index: tx.state.commit_index,
                 deduplicated,
                 record_range,
             }),
@@ -406,7 +409,7 @@ impl DiskGroupEngine {
         if admission.max_hot_bytes_per_group.is_none() {
             self.ensure_access(&id, request.now_ms, false, placement)?;
         }
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let content_type = Some(request.content_type.clone());
         let result = match request.producer.clone() {
             Some(producer) => {
@@ -425,19 +428,11 @@ impl DiskGroupEngine {
             None => {
                 let incoming: u64 = request.payloads.iter().map(|p| p.len() as u64).sum();
                 let mutates = request.payloads.iter().any(|p| !p.is_empty());
-                if admission.max_hot_bytes_per_group.is_some() && mutates {
-                    if let Err(e) =
-                        self.preview_batch_mutates(&id, &request.payloads)
-                            .and_then(|m| {
-                                if m {
-                                    self.check_admission(&id, admission, incoming)
-                                } else {
-                                    Ok(())
-                                }
-                            })
-                    {
-                        return self.rollback(&tx, e);
-                    }
+                if admission.max_hot_bytes_per_group.is_some()
+                    && mutates
+                    && self.preview_batch_mutates(&id, &request.payloads)?
+                {
+                    self.check_admission(&tx.state, &id, admission, incoming)?;
                 }
                 let inputs: Vec<Option<AppendInput>> = request
                     .payloads
@@ -455,18 +450,15 @@ impl DiskGroupEngine {
                         })
                     })
                     .collect();
-                // Memory already holds the items: a failed payload write must undo them.
-                match self
+                // A failed payload write drops the planned items with `tx`.
+                let items = self
                     .independent_items(&mut tx, &id, inputs, placement)
-                    .await
-                {
-                    Ok(items) => Ok(GroupAppendBatchResponse { placement, items }),
-                    Err(e) => return self.rollback(&tx, e),
-                }
+                    .await?;
+                Ok(GroupAppendBatchResponse { placement, items })
             }
         };
         match result {
-            Err(e) if admission.max_hot_bytes_per_group.is_some() => self.rollback(&tx, e),
+            Err(e) if admission.max_hot_bytes_per_group.is_some() => Err(e),
             result => self.finish(tx, result),
         }
     }
@@ -476,13 +468,13 @@ impl DiskGroupEngine {
     /// offsets they will get (the engine is the payload log's only writer), and their payloads
     /// are then written together, as one batch.
     async fn independent_items(
-        &mut self,
+        &self,
         tx: &mut Tx,
         id: &BucketStreamId,
         inputs: Vec<Option<AppendInput>>,
         placement: ShardPlacement,
     ) -> Result<Vec<Result<AppendResponse, GroupEngineError>>, GroupEngineError> {
-        let partition = self.state.streams.get(id).map_or(0, |r| r.partition);
+        let partition = tx.state.streams.get(id).map_or(0, |r| r.partition);
         let first = self.payloads.next_offset(partition)?;
         let now_ms = inputs.iter().flatten().next().map_or(0, |i| i.now_ms);
         let mut payloads = Vec::new();
@@ -497,7 +489,7 @@ impl DiskGroupEngine {
             };
             let item = match self.plan_append(tx, input) {
                 Err(e) => Err(e),
-                Ok(Err(answer)) => self.append_response(id, answer, placement),
+                Ok(Err(answer)) => self.append_response(&tx.state, id, answer, placement),
                 Ok(Ok(plan)) => {
                     let payload = plan.input.payload.clone();
                     let log_offset = first + payloads.len() as u64;
@@ -505,7 +497,7 @@ impl DiskGroupEngine {
                     if applied.is_ok() {
                         payloads.push(payload);
                     }
-                    applied.and_then(|o| self.append_response(id, o, placement))
+                    applied.and_then(|o| self.append_response(&tx.state, id, o, placement))
                 }
             };
             items.push(item);
@@ -536,7 +528,7 @@ impl DiskGroupEngine {
 
     #[allow(clippy::too_many_arguments)]
     async fn producer_batch(
-        &mut self,
+        &self,
         tx: &mut Tx,
         id: &BucketStreamId,
         content_type: Option<String>,
@@ -552,19 +544,19 @@ impl DiskGroupEngine {
                 "append batch must contain at least one payload",
             ));
         }
-        self.validate_scope(id)?;
+        self.validate_scope(&tx.state, id)?;
         validate_producer(Some(&producer))?;
         if self.expire_if_due(tx, id, now_ms) {
             return Err(not_found(id));
         }
-        let old_commit = self.state.commit_index;
-        let old_count = self.state.streams.get(id).map_or(0, |r| r.append_count);
+        let old_commit = tx.state.commit_index;
+        let old_count = tx.state.streams.get(id).map_or(0, |r| r.append_count);
         if let ProducerDecision::Duplicate { receipt, .. } =
-            self.evaluate_producer(id, Some(&producer))?
+            self.evaluate_producer(&tx.state, id, Some(&producer))?
         {
-            let row = self.state.streams.get(id);
+            let row = tx.state.streams.get(id);
             let stream_hot = row.map_or(0, GroupState::stream_hot_bytes);
-            let group_hot = self.state.group_hot_bytes();
+            let group_hot = tx.state.group_hot_bytes();
             let items = receipt
                 .items
                 .into_iter()
@@ -579,6 +571,7 @@ impl DiskGroupEngine {
                         deduplicated: true,
                         producer: None,
                         record_range: self.record_range_for(
+                            &tx.state,
                             id,
                             item.start_offset,
                             item.next_offset,
@@ -591,7 +584,7 @@ impl DiskGroupEngine {
                 .collect();
             return Ok(GroupAppendBatchResponse { placement, items });
         }
-        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
         let m = &row.metadata;
         if is_closed(m) {
             return Err(closed_error(id, m));
@@ -619,18 +612,14 @@ impl DiskGroupEngine {
             all_ends.push(ends);
         }
         records::prepare(row, total, &combined)?;
-        self.check_retained_quota(&id.bucket_id, total)?;
-        self.check_admission(id, admission, total)?;
+        self.check_retained_quota(&tx.state, &id.bucket_id, total)?;
+        self.check_admission(&tx.state, id, admission, total)?;
         let partition = row.partition;
         let log_offsets = self
             .payloads
             .append(id, partition, &payloads, now_ms)
             .await?;
-        let mut row = self
-            .state
-            .streams
-            .get_mut(id)
-            .ok_or_else(|| not_found(id))?;
+        let mut row = tx.state.streams.get_mut(id).ok_or_else(|| not_found(id))?;
         let mut messages = Vec::with_capacity(payloads.len());
         let mut items = Vec::with_capacity(payloads.len());
         let mut next_record = row.records.map(|c| c.next);
@@ -673,10 +662,10 @@ impl DiskGroupEngine {
         self.record_producer(tx, id, &producer, items.clone());
         self.save_stream(tx, id);
         self.usage_on_append(tx, &id.bucket_id, total, record_count, false);
-        self.state.commit_index += items.len() as u64;
-        let row = self.state.streams.get(id);
+        tx.state.commit_index += items.len() as u64;
+        let row = tx.state.streams.get(id);
         let stream_hot = row.map_or(0, GroupState::stream_hot_bytes);
-        let group_hot = self.state.group_hot_bytes();
+        let group_hot = tx.state.group_hot_bytes();
         let responses = items
             .into_iter()
             .enumerate()
@@ -720,15 +709,15 @@ impl DiskGroupEngine {
         let id = request.stream_id.clone();
         self.ensure_access(&id, request.now_ms, false, placement)?;
         let now_ms = request.now_ms;
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let outcome = self.apply_external(&mut tx, request);
         self.sweep_expired(&mut tx, now_ms);
-        let response = outcome.and_then(|o| self.append_response(&id, o, placement));
+        let response = outcome.and_then(|o| self.append_response(&tx.state, &id, o, placement));
         self.finish(tx, response)
     }
 
     fn apply_external(
-        &mut self,
+        &self,
         tx: &mut Tx,
         request: AppendExternalRequest,
     ) -> Result<AppendOutcome, GroupEngineError> {
@@ -736,18 +725,19 @@ impl DiskGroupEngine {
         let now_ms = request.now_ms;
         let payload = request.payload;
         super::lifecycle::validate_external(&payload)?;
-        self.validate_scope(&id)?;
+        self.validate_scope(&tx.state, &id)?;
         validate_producer(request.producer.as_ref())?;
-        if !self.state.streams.contains_key(&id) {
+        if !tx.state.streams.contains_key(&id) {
             return Err(not_found(&id));
         }
         if self.expire_if_due(tx, &id, now_ms) {
             return Err(not_found(&id));
         }
         if let ProducerDecision::Duplicate { receipt, producer } =
-            self.evaluate_producer(&id, request.producer.as_ref())?
+            self.evaluate_producer(&tx.state, &id, request.producer.as_ref())?
         {
             let record_range = self.record_range_for(
+                &tx.state,
                 &id,
                 receipt.start_offset,
                 receipt.next_offset,
@@ -762,7 +752,7 @@ impl DiskGroupEngine {
                 record_range,
             });
         }
-        let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+        let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
         if let Some(expected) = request.record_match {
             records::check_record_match(row, expected)?;
         }
@@ -774,7 +764,7 @@ impl DiskGroupEngine {
         }
         check_content_type(m, &request.content_type)?;
         check_stream_seq(m, request.stream_seq.as_deref())?;
-        self.check_retained_quota(&id.bucket_id, len)?;
+        self.check_retained_quota(&tx.state, &id.bucket_id, len)?;
         let mut updated = row.clone();
         let offset = updated.metadata.tail_offset;
         let next_offset = offset + len;
@@ -810,14 +800,14 @@ impl DiskGroupEngine {
             object_offset: 0,
         };
         tx.put_external(&id, &segment);
-        self.state.streams.insert(id.clone(), updated);
+        tx.state.streams.insert(id.clone(), updated);
         self.commit_records(tx, &id, offset, &request.record_ends);
         if let Some(p) = &request.producer {
             let item = producer_item(offset, next_offset, closed, record_range);
             self.record_producer(tx, &id, p, vec![item]);
         }
         self.save_stream(tx, &id);
-        self.state.commit_index += 1;
+        tx.state.commit_index += 1;
         let count = records::record_count(&request.record_ends, len);
         self.usage_on_append(tx, &id.bucket_id, len, count, false);
         Ok(AppendOutcome::Appended {

@@ -28,11 +28,12 @@ impl DiskGroupEngine {
     /// flushed or retained prefix).
     fn aligned(
         &self,
+        state: &GroupState,
         id: &BucketStreamId,
         offset: u64,
         retained: u64,
     ) -> Result<bool, GroupEngineError> {
-        let Some(row) = self.state.streams.get(id) else {
+        let Some(row) = state.streams.get(id) else {
             return Ok(false);
         };
         let reported = GroupState::reported_hot_start(row);
@@ -52,12 +53,12 @@ impl DiskGroupEngine {
 
     /// Removes `id` if expired (committing that) and answers `StreamNotFound`.
     fn expired_or_missing(
-        &mut self,
+        &self,
         tx: &mut Tx,
         id: &BucketStreamId,
         now_ms: u64,
     ) -> Result<(), GroupEngineError> {
-        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
         if is_expired(&row.metadata, now_ms) {
             self.remove_stream(tx, id);
             return Err(not_found(id));
@@ -73,9 +74,9 @@ impl DiskGroupEngine {
     ) -> Result<PublishSnapshotResponse, GroupEngineError> {
         let id = request.stream_id.clone();
         self.ensure_access(&id, request.now_ms, false, placement)?;
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let outcome = (|| {
-            self.validate_scope(&id)?;
+            self.validate_scope(&tx.state, &id)?;
             if request.content_type.trim().is_empty() {
                 return Err(stream_error(
                     StreamErrorCode::InvalidSnapshot,
@@ -83,7 +84,7 @@ impl DiskGroupEngine {
                 ));
             }
             self.expired_or_missing(&mut tx, &id, request.now_ms)?;
-            let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+            let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
             let tail = row.metadata.tail_offset;
             let retained = row.retained_offset;
             let offset = request.snapshot_offset;
@@ -130,14 +131,14 @@ impl DiskGroupEngine {
                     ));
                 }
             }
-            if !self.aligned(&id, offset, retained)? {
+            if !self.aligned(&tx.state, &id, offset, retained)? {
                 return Err(GroupEngineError::stream_with_next_offset(
                     StreamErrorCode::InvalidSnapshot,
                     format!("snapshot offset {offset} is not aligned to a committed message boundary for stream '{id}'"),
                     Some(tail),
                 ));
             }
-            if let Some(mut row) = self.state.streams.get_mut(&id) {
+            if let Some(mut row) = tx.state.streams.get_mut(&id) {
                 row.visible_snapshot = Some(StreamVisibleSnapshot {
                     offset,
                     content_type: request.content_type.clone(),
@@ -151,13 +152,13 @@ impl DiskGroupEngine {
         })();
         self.sweep_expired(&mut tx, request.now_ms);
         let response = outcome.map(|(snapshot_offset, snapshot_digest, _)| {
-            self.state.commit_index += 1;
+            tx.state.commit_index += 1;
             PublishSnapshotResponse {
                 placement,
                 snapshot_offset,
                 snapshot_digest,
-                group_commit_index: self.state.commit_index,
-                record_range: self.state.streams.get(&id).and_then(records::range),
+                group_commit_index: tx.state.commit_index,
+                record_range: tx.state.streams.get(&id).and_then(records::range),
             }
         });
         self.finish(tx, response)
@@ -277,11 +278,11 @@ impl DiskGroupEngine {
     ) -> Result<AdvanceRetentionResponse, GroupEngineError> {
         let id = request.stream_id.clone();
         self.ensure_access(&id, request.now_ms, false, placement)?;
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let outcome = (|| {
-            self.validate_scope(&id)?;
+            self.validate_scope(&tx.state, &id)?;
             self.expired_or_missing(&mut tx, &id, request.now_ms)?;
-            let row = self.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+            let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
             let tail = row.metadata.tail_offset;
             let current = row.retained_offset;
             let target = request.retained_offset;
@@ -311,7 +312,7 @@ impl DiskGroupEngine {
             if target == current {
                 return Ok(target);
             }
-            if !self.aligned(&id, target, current)? {
+            if !self.aligned(&tx.state, &id, target, current)? {
                 return Err(GroupEngineError::stream_with_next_offset(
                     StreamErrorCode::InvalidSnapshot,
                     format!("retention offset {target} is not aligned to a committed message boundary for stream '{id}'"),
@@ -320,9 +321,9 @@ impl DiskGroupEngine {
             }
             self.retain_records(&mut tx, &id, target)?;
             let mut dropped = Vec::new();
-            if let Some(mut row) = self.state.streams.get_mut(&id) {
+            if let Some(mut row) = tx.state.streams.get_mut(&id) {
                 row.retained_offset = target;
-                row.cold_chunks.retain(|c| {
+                std::sync::Arc::make_mut(&mut row.cold_chunks).retain(|c| {
                     let keep = c.end_offset > target;
                     if !keep {
                         dropped.push(c.clone());
@@ -333,7 +334,7 @@ impl DiskGroupEngine {
             for chunk in &dropped {
                 tx.delete_chunk(&id, chunk.start_offset);
             }
-            self.touch_cold_index(&id, &dropped);
+            tx.touch_cold_pages(&id, &dropped);
             // Exclusive objects are unreferenced now; shared ones lose one reference.
             let (shared, exclusive): (Vec<_>, Vec<_>) =
                 dropped.iter().partition(|c| c.shared_object);
@@ -341,7 +342,7 @@ impl DiskGroupEngine {
             let dropped: Vec<String> = self.gc_paths_with_pages(&id, &dropped, objects);
             let released: Vec<String> = shared.into_iter().map(|c| c.s3_path.clone()).collect();
             tx.delete_messages_below(&self.db, &id, target)?;
-            let usage = self.state.usage.entry(id.bucket_id.clone()).or_default();
+            let usage = tx.state.usage.entry(id.bucket_id.clone()).or_default();
             usage.retained_bytes = usage.retained_bytes.saturating_sub(target - current);
             self.save_usage(&mut tx, &id.bucket_id);
             if !dropped.is_empty() {
@@ -358,18 +359,18 @@ impl DiskGroupEngine {
             if let (Some(first), Some(last)) = (gone.first(), gone.last()) {
                 tx.delete_externals(&id, *first, last + 1);
             }
-            self.settle_hot_start(&id)?;
+            self.settle_hot_start(&mut tx, &id)?;
             self.save_stream(&mut tx, &id);
             Ok(target)
         })();
         self.sweep_expired(&mut tx, request.now_ms);
         let response = outcome.map(|retained_offset| {
-            self.state.commit_index += 1;
+            tx.state.commit_index += 1;
             AdvanceRetentionResponse {
                 placement,
                 retained_offset,
-                group_commit_index: self.state.commit_index,
-                record_range: self.state.streams.get(&id).and_then(records::range),
+                group_commit_index: tx.state.commit_index,
+                record_range: tx.state.streams.get(&id).and_then(records::range),
             }
         });
         self.finish(tx, response)

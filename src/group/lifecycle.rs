@@ -20,7 +20,7 @@ use super::payload::PayloadLog;
 use super::producers::{producer_item, seq_conflict};
 use super::records;
 use super::rows::{MessageRow, RecordCursor, StreamRow};
-use super::state::{compare_ids, expiry_at_ms, is_expired, renew_ttl};
+use super::state::{compare_ids, expiry_at_ms, is_expired, renew_ttl, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine};
 
 /// Streams removed by one TTL sweep at most (ursula's bound).
@@ -195,11 +195,15 @@ fn external_record_index(
 
 impl DiskGroupEngine {
     /// Bucket and stream ids valid, bucket present.
-    pub(crate) fn validate_scope(&self, id: &BucketStreamId) -> Result<(), GroupEngineError> {
+    pub(crate) fn validate_scope(
+        &self,
+        state: &GroupState,
+        id: &BucketStreamId,
+    ) -> Result<(), GroupEngineError> {
         validate_bucket_id(&id.bucket_id)
             .map_err(|m| stream_error(StreamErrorCode::InvalidBucketId, m))?;
         validate_stream_id(id).map_err(|m| stream_error(StreamErrorCode::InvalidStreamId, m))?;
-        if !self.state.buckets.contains(&id.bucket_id) {
+        if !state.buckets.contains(&id.bucket_id) {
             return Err(stream_error(
                 StreamErrorCode::BucketNotFound,
                 format!("bucket '{}' does not exist", id.bucket_id),
@@ -209,16 +213,14 @@ impl DiskGroupEngine {
     }
 
     /// Removes a stream with everything it owns; queues its cold objects for GC.
-    pub(crate) fn remove_stream(&mut self, tx: &mut Tx, id: &BucketStreamId) -> bool {
-        let Some(row) = self.state.streams.remove(id) else {
+    pub(crate) fn remove_stream(&self, tx: &mut Tx, id: &BucketStreamId) -> bool {
+        let Some(row) = tx.state.streams.remove(id) else {
             return false;
         };
-        self.state.producers.remove(id);
-        self.state
-            .retired_counts
-            .insert(id.clone(), row.append_count);
+        tx.state.producers.remove(id);
+        tx.state.retired_counts.insert(id.clone(), row.append_count);
         tx.put_retired_count(id, Some(row.append_count));
-        let usage = self.state.usage.entry(id.bucket_id.clone()).or_default();
+        let usage = tx.state.usage.entry(id.bucket_id.clone()).or_default();
         usage.stream_count = usage.stream_count.saturating_sub(1);
         usage.retained_bytes = usage
             .retained_bytes
@@ -242,7 +244,7 @@ impl DiskGroupEngine {
         );
         paths.dedup();
         let paths = self.gc_paths_with_pages(id, &row.cold_chunks, paths);
-        self.touch_cold_index(id, &row.cold_chunks);
+        tx.touch_cold_pages(id, row.cold_chunks.iter());
         if !paths.is_empty() {
             self.enqueue_gc(tx, ColdGcTarget::Paths(paths), 0);
         }
@@ -259,15 +261,15 @@ impl DiskGroupEngine {
 
     /// Drops one reference to each shared object in `paths`; objects nothing references any
     /// more are queued for GC (as one entry), not before `not_before_ms`.
-    pub(crate) fn release_shared(&mut self, tx: &mut Tx, paths: Vec<String>, not_before_ms: u64) {
+    pub(crate) fn release_shared(&self, tx: &mut Tx, paths: Vec<String>, not_before_ms: u64) {
         let mut reclaim = Vec::new();
         for path in paths {
-            let Some(refs) = self.state.shared_refs.get_mut(&path) else {
+            let Some(refs) = tx.state.shared_refs.get_mut(&path) else {
                 continue;
             };
             *refs = refs.saturating_sub(1);
             if *refs == 0 {
-                self.state.shared_refs.remove(&path);
+                tx.state.shared_refs.remove(&path);
                 reclaim.push(path);
             }
         }
@@ -277,20 +279,20 @@ impl DiskGroupEngine {
     }
 
     /// Appends a cold-GC entry.
-    pub(crate) fn enqueue_gc(&mut self, tx: &mut Tx, target: ColdGcTarget, not_before_ms: u64) {
+    pub(crate) fn enqueue_gc(&self, tx: &mut Tx, target: ColdGcTarget, not_before_ms: u64) {
         let entry = ColdGcEntry {
-            seq: self.state.next_gc_seq,
+            seq: tx.state.next_gc_seq,
             not_before_ms,
             target,
         };
-        self.state.next_gc_seq += 1;
+        tx.state.next_gc_seq += 1;
         tx.put_gc(&entry);
-        self.state.gc.push_back(entry);
+        tx.state.gc.push_back(entry);
     }
 
     /// Removes `id` when it has expired at `now_ms`.
-    pub(crate) fn expire_if_due(&mut self, tx: &mut Tx, id: &BucketStreamId, now_ms: u64) -> bool {
-        if self
+    pub(crate) fn expire_if_due(&self, tx: &mut Tx, id: &BucketStreamId, now_ms: u64) -> bool {
+        if tx
             .state
             .streams
             .get(id)
@@ -303,11 +305,11 @@ impl DiskGroupEngine {
 
     /// Removes up to 256 expired streams, earliest expiry first (ursula sweeps after every timed
     /// command except appends).
-    pub(crate) fn sweep_expired(&mut self, tx: &mut Tx, now_ms: u64) {
-        if now_ms < self.state.expiry_floor {
+    pub(crate) fn sweep_expired(&self, tx: &mut Tx, now_ms: u64) {
+        if now_ms < tx.state.expiry_floor {
             return;
         }
-        let mut expired: Vec<(u64, BucketStreamId)> = self
+        let mut expired: Vec<(u64, BucketStreamId)> = tx
             .state
             .streams
             .iter()
@@ -318,14 +320,14 @@ impl DiskGroupEngine {
         for (_, id) in expired.into_iter().take(SWEEP_MAX_STREAMS) {
             self.remove_stream(tx, &id);
         }
-        self.state.recompute_expiry_floor();
+        tx.state.recompute_expiry_floor();
     }
 
     /// Creates the bucket of `id` when absent (an invalid bucket id is an error).
-    fn ensure_bucket(&mut self, tx: &mut Tx, id: &BucketStreamId) -> Result<(), GroupEngineError> {
+    fn ensure_bucket(&self, tx: &mut Tx, id: &BucketStreamId) -> Result<(), GroupEngineError> {
         validate_bucket_id(&id.bucket_id)
             .map_err(|m| stream_error(StreamErrorCode::InvalidBucketId, m))?;
-        if self.state.buckets.insert(id.bucket_id.clone()) {
+        if tx.state.buckets.insert(id.bucket_id.clone()).is_none() {
             tx.put_bucket(&id.bucket_id);
         }
         Ok(())
@@ -377,10 +379,10 @@ impl DiskGroupEngine {
         let id = request.stream_id.clone();
         let now_ms = request.now_ms;
         let previewing = admission.max_hot_bytes_per_group.is_some();
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         if let Err(e) = self.ensure_bucket(&mut tx, &id) {
             return if previewing {
-                self.rollback(&tx, e)
+                Err(e)
             } else {
                 self.finish(tx, Err(e))
             };
@@ -390,53 +392,37 @@ impl DiskGroupEngine {
             Ok(Some(existing)) => Ok(existing),
             Ok(None) => {
                 if previewing {
-                    if let Err(e) = self.check_admission(&id, admission, input.initial_len()) {
-                        return self.rollback(&tx, e);
-                    }
+                    self.check_admission(&tx.state, &id, admission, input.initial_len())?;
                 }
                 self.apply_create(&mut tx, input).await
             }
-            Err(e) if previewing => return self.rollback(&tx, e),
+            Err(e) if previewing => return Err(e),
             Err(e) => Err(e),
         };
         self.sweep_expired(&mut tx, now_ms);
         let response = outcome.map(|(next_offset, closed, already_exists)| {
             if !already_exists {
-                self.state.commit_index += 1;
+                tx.state.commit_index += 1;
             }
             CreateStreamResponse {
                 placement,
                 next_offset,
                 closed,
                 already_exists,
-                group_commit_index: self.state.commit_index,
+                group_commit_index: tx.state.commit_index,
                 record_range: if already_exists {
                     None
                 } else {
-                    self.state.streams.get(&id).and_then(records::range)
+                    tx.state.streams.get(&id).and_then(records::range)
                 },
             }
         });
         self.finish(tx, response)
     }
 
-    /// Drops the memory changes `tx` stands for (reloading from disk when there are any) and
-    /// returns `e`.
-    pub(crate) fn rollback<T>(
-        &mut self,
-        tx: &Tx,
-        e: GroupEngineError,
-    ) -> Result<T, GroupEngineError> {
-        if !tx.is_empty() || self.counters() != self.durable_counters {
-            self.state = self.db.load()?;
-            self.durable_counters = self.counters();
-        }
-        Err(e)
-    }
-
     /// Validates a create; `Some` when the stream already exists with the same metadata.
     fn decide_create(
-        &mut self,
+        &self,
         tx: &mut Tx,
         input: &CreateInput,
     ) -> Result<Option<(u64, bool, bool)>, GroupEngineError> {
@@ -449,7 +435,7 @@ impl DiskGroupEngine {
         }
         let id = &request.stream_id;
         let attrs = normalize_attrs(request.attrs.clone());
-        self.validate_scope(id)?;
+        self.validate_scope(&tx.state, id)?;
         validate_attrs(attrs.as_ref())?;
         validate_retention(request.stream_ttl_seconds, request.stream_expires_at_ms)?;
         validate_producer(request.producer.as_ref())?;
@@ -471,7 +457,7 @@ impl DiskGroupEngine {
             ));
         }
         self.expire_if_due(tx, id, request.now_ms);
-        if let Some(existing) = self.state.streams.get(id) {
+        if let Some(existing) = tx.state.streams.get(id) {
             let m = &existing.metadata;
             let status = if request.close_after {
                 StreamStatus::Closed
@@ -495,13 +481,13 @@ impl DiskGroupEngine {
                 format!("stream '{id}' already exists with different metadata"),
             ));
         }
-        self.check_create_quota(&id.bucket_id, input.initial_len())?;
+        self.check_create_quota(&tx.state, &id.bucket_id, input.initial_len())?;
         Ok(None)
     }
 
     /// Writes the initial payload (if any) and the new stream's rows.
     async fn apply_create(
-        &mut self,
+        &self,
         tx: &mut Tx,
         input: CreateInput,
     ) -> Result<(u64, bool, bool), GroupEngineError> {
@@ -568,8 +554,8 @@ impl DiskGroupEngine {
             total_records: 0,
             visible_snapshot: None,
             snapshot_changed: false,
-            append_count: self.state.retired_counts.remove(&id).unwrap_or(0),
-            cold_chunks: Vec::new(),
+            append_count: tx.state.retired_counts.remove(&id).unwrap_or(0),
+            cold_chunks: Default::default(),
             partition,
             records: json.then_some(RecordCursor { first: 0, next: 0 }),
             external_hot: 0,
@@ -604,9 +590,9 @@ impl DiskGroupEngine {
         tx.put_retired_count(&id, None);
         tx.mark_stream(&id);
         if let Some(at) = expiry_at_ms(&row.metadata) {
-            self.state.expiry_floor = self.state.expiry_floor.min(at);
+            tx.state.expiry_floor = tx.state.expiry_floor.min(at);
         }
-        self.state.streams.insert(id.clone(), row);
+        tx.state.streams.insert(id.clone(), row);
         self.commit_records(tx, &id, 0, &ends);
         let count = records::record_count(&ends, initial_len);
         self.usage_on_append(tx, &id.bucket_id, initial_len, count, true);
@@ -619,18 +605,18 @@ impl DiskGroupEngine {
         id: &BucketStreamId,
         placement: ShardPlacement,
     ) -> Result<DeleteStreamResponse, GroupEngineError> {
-        self.validate_scope(id)?;
+        self.validate_scope(&self.state, id)?;
         if !self.state.streams.contains_key(id) {
             return Err(not_found(id));
         }
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         self.remove_stream(&mut tx, id);
-        self.state.retired_counts.remove(id);
+        tx.state.retired_counts.remove(id);
         tx.put_retired_count(id, None);
-        self.state.commit_index += 1;
+        tx.state.commit_index += 1;
         let response = DeleteStreamResponse {
             placement,
-            group_commit_index: self.state.commit_index,
+            group_commit_index: tx.state.commit_index,
         };
         self.finish(tx, Ok(response))
     }
@@ -642,19 +628,19 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<UpdateStreamAttrsResponse, GroupEngineError> {
         let id = &request.stream_id;
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let outcome = (|| {
-            self.validate_scope(id)?;
+            self.validate_scope(&tx.state, id)?;
             if self.expire_if_due(&mut tx, id, request.now_ms) {
                 return Err(not_found(id));
             }
             let attrs = normalize_attrs(request.attrs.clone());
-            let current = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+            let current = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
             validate_attrs(attrs.as_ref())?;
             if current.attrs == attrs {
                 return Ok(false);
             }
-            if let Some(mut row) = self.state.streams.get_mut(id) {
+            if let Some(mut row) = tx.state.streams.get_mut(id) {
                 row.attrs = attrs;
             }
             self.save_stream(&mut tx, id);
@@ -663,12 +649,12 @@ impl DiskGroupEngine {
         self.sweep_expired(&mut tx, request.now_ms);
         let response = outcome.map(|changed| {
             if changed {
-                self.state.commit_index += 1;
+                tx.state.commit_index += 1;
             }
             UpdateStreamAttrsResponse {
                 placement,
                 changed,
-                group_commit_index: self.state.commit_index,
+                group_commit_index: tx.state.commit_index,
             }
         });
         self.finish(tx, response)
@@ -682,17 +668,17 @@ impl DiskGroupEngine {
         renew: bool,
         placement: ShardPlacement,
     ) -> Result<TouchStreamAccessResponse, GroupEngineError> {
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let outcome = (|| {
-            self.validate_scope(id)?;
-            let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+            self.validate_scope(&tx.state, id)?;
+            let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
             if is_expired(&row.metadata, now_ms) {
                 self.remove_stream(&mut tx, id);
                 return Ok((true, true));
             }
             let mut changed = false;
             if renew && row.metadata.stream_ttl_seconds.is_some() {
-                if let Some(mut row) = self.state.streams.get_mut(id) {
+                if let Some(mut row) = tx.state.streams.get_mut(id) {
                     let before = row.metadata.last_ttl_touch_at_ms;
                     renew_ttl(&mut row.metadata, now_ms);
                     changed = row.metadata.last_ttl_touch_at_ms != before;
@@ -706,13 +692,13 @@ impl DiskGroupEngine {
         self.sweep_expired(&mut tx, now_ms);
         let response = outcome.map(|(changed, expired)| {
             if changed || expired {
-                self.state.commit_index += 1;
+                tx.state.commit_index += 1;
             }
             TouchStreamAccessResponse {
                 placement,
                 changed,
                 expired,
-                group_commit_index: self.state.commit_index,
+                group_commit_index: tx.state.commit_index,
             }
         });
         self.finish(tx, response)
@@ -727,7 +713,7 @@ impl DiskGroupEngine {
         renew: bool,
         placement: ShardPlacement,
     ) -> Result<(), GroupEngineError> {
-        self.validate_scope(id)?;
+        self.validate_scope(&self.state, id)?;
         let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
         let needed = is_expired(&row.metadata, now_ms)
             || (renew && super::state::renewal_due(&row.metadata, now_ms));
@@ -761,8 +747,8 @@ impl DiskGroupEngine {
     ) -> Result<PurgeBucketResponse, GroupEngineError> {
         validate_bucket_id(bucket)
             .map_err(|m| stream_error(StreamErrorCode::InvalidBucketId, m))?;
-        let mut tx = Tx::default();
-        let ids: Vec<BucketStreamId> = self
+        let mut tx = Tx::new(&self.state);
+        let ids: Vec<BucketStreamId> = tx
             .state
             .streams
             .keys()
@@ -777,17 +763,17 @@ impl DiskGroupEngine {
                 removed_streams += 1;
             }
         }
-        if self.state.buckets.remove(bucket) {
+        if tx.state.buckets.remove(bucket).is_some() {
             tx.delete_bucket(bucket);
         }
-        if self.state.quotas.remove(bucket).is_some() {
+        if tx.state.quotas.remove(bucket).is_some() {
             tx.put_quota(bucket, None);
         }
-        self.state.commit_index += 1;
+        tx.state.commit_index += 1;
         let response = PurgeBucketResponse {
             placement,
             removed_streams,
-            group_commit_index: self.state.commit_index,
+            group_commit_index: tx.state.commit_index,
         };
         self.finish(tx, Ok(response))
     }
@@ -804,18 +790,18 @@ impl DiskGroupEngine {
             max_streams: request.max_streams,
             max_retained_bytes: request.max_retained_bytes,
         };
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         if quota.is_unlimited() {
-            self.state.quotas.remove(&request.bucket_id);
+            tx.state.quotas.remove(&request.bucket_id);
             tx.put_quota(&request.bucket_id, None);
         } else {
-            self.state.quotas.insert(request.bucket_id.clone(), quota);
+            tx.state.quotas.insert(request.bucket_id.clone(), quota);
             tx.put_quota(&request.bucket_id, Some(&quota));
         }
-        self.state.commit_index += 1;
+        tx.state.commit_index += 1;
         let response = SetBucketQuotaResponse {
             placement,
-            group_commit_index: self.state.commit_index,
+            group_commit_index: tx.state.commit_index,
         };
         self.finish(tx, Ok(response))
     }

@@ -10,9 +10,13 @@
 //! - Sealed prefixes move to the cold tier ([`crate::cold::ColdStore`]); external payloads stay
 //!   in the caller's object; reads stitch cold chunks, external segments and hot records.
 //!
-//! The engine keeps every small table in memory (loaded at open) and writes each change through
-//! to RocksDB. If a commit fails, the log is synced, RocksDB catches up with it and memory is
-//! reloaded, so memory never runs ahead of what is durable.
+//! The engine keeps every small table in memory (loaded at open). Each command runs one
+//! pipeline: **plan** on a clone of that state (a persistent value: the clone shares every row),
+//! collecting the new state and its writes in a [`db::Tx`]; **persist** the writes as one commit
+//! record (one fdatasync); **apply** them to RocksDB and then take the planned state as the
+//! engine's own. Planning never changes the engine's state, so a failed or abandoned command
+//! leaves nothing to undo; a commit that fails after its record may have reached the log is
+//! settled by the next command (the log decides whether it counts), never by reloading memory.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -162,17 +166,11 @@ pub struct DiskGroupEngine {
     payloads: PayloadLog,
     cold: ColdStore,
     options: GroupOptions,
-    /// `(commit_index, next_gc_seq)` as last written to disk.
-    durable_counters: (u64, u64),
     /// The group's cold object names.
     cold_ns: ColdNamespace,
-    /// A command began and has not returned: if this is still set when the next one begins,
-    /// the earlier one's future was dropped part-way and memory may hold changes never
-    /// committed, so it is reloaded from disk.
-    busy: bool,
-    /// A commit failed after its record may have reached the log, and memory, RocksDB and the
-    /// log could not be brought back in line yet: the next command does that first.
-    stale: bool,
+    /// A commit that failed after its record may have reached the log, not settled yet
+    /// ([`Self::settle`]).
+    pending: Option<PendingCommit>,
     /// Where each commit is reported (ursula's runtime metrics), and as which placement.
     metrics: Option<(GroupEngineMetrics, ShardPlacement)>,
     /// ursula's cold-index pages in the runtime's cold store, when the runtime compacts
@@ -232,14 +230,12 @@ impl DiskGroupEngine {
         Ok(Self {
             name: name.to_string(),
             db,
-            durable_counters: (state.commit_index, state.next_gc_seq),
             state,
             payloads,
             cold,
             options,
             cold_ns: ColdNamespace::new(&store.id(), name),
-            busy: false,
-            stale: false,
+            pending: None,
             metrics: None,
             cold_index: None,
             _backup: backup,
@@ -308,97 +304,116 @@ impl DiskGroupEngine {
         self.state.group_hot_bytes()
     }
 
-    fn counters(&self) -> (u64, u64) {
-        (self.state.commit_index, self.state.next_gc_seq)
-    }
-
-    /// Starts a command. A command commits (a blocking log append, then a RocksDB write) only
-    /// at its end, with no `.await` inside, so a command whose future is dropped at an await has
-    /// committed nothing since its last commit but may have changed memory; if one was, or if a
-    /// commit failed part-way, memory is rebuilt from what is durable before this command runs
-    /// ([`Self::resync`]). Payload records it had already written are referenced
-    /// by nothing and are reclaimed with their segments.
+    /// Starts a command: settles a commit that failed before it ([`Self::settle`]). A command
+    /// plans on its own [`Tx`] and commits (a blocking log append, then a RocksDB write) only at
+    /// its end, with no `.await` inside, so a command whose future is dropped at an await has
+    /// changed nothing; payload records it had already written are referenced by nothing and
+    /// are reclaimed with their segments.
     pub(crate) fn begin(&mut self) -> Result<(), GroupEngineError> {
-        if self.busy || self.stale {
-            self.resync()?;
-        }
-        self.busy = true;
-        Ok(())
+        Ok(self.settle()?)
     }
 
-    /// Ends a command (see [`Self::begin`]).
-    pub(crate) fn end(&mut self) {
-        self.busy = false;
-    }
-
-    /// Brings RocksDB and memory in line with the log: makes everything written durable,
-    /// applies the commit records RocksDB lacks, and reloads memory.
-    fn resync(&mut self) -> Result<(), GroupError> {
-        self.stale = true;
-        crate::blocking::blocking(|| {
-            self.payloads.sync()?;
-            replay(&self.db, &self.payloads)
-        })?;
-        self.state = self.db.load()?;
-        self.durable_counters = self.counters();
-        self.stale = false;
-        Ok(())
-    }
-
-    /// Persists, then applies `tx` (with the counters): its commit record is appended to the
-    /// payload log and synced (one fdatasync, which also covers the command's payloads), then
-    /// RocksDB applies it without a sync of its own. On failure memory, RocksDB and the log
-    /// are brought back in line (now, or by the next command) and the error is reported.
-    fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
-        if tx.is_empty() && self.counters() == self.durable_counters {
+    /// Settles a failed commit: makes the log durable (a failed sync left its bytes to be
+    /// written again), lets RocksDB apply every commit record it lacks, and then takes the
+    /// failed commit's planned state if its record is in the log (durable now, so the command
+    /// took effect, although it reported an error) or drops it if not. Memory is not reloaded.
+    fn settle(&mut self) -> Result<(), GroupError> {
+        let Some(pending) = &self.pending else {
             return Ok(());
-        }
-        for id in tx.take_dirty_streams() {
-            if let Some(mut row) = self.state.streams.get_mut(&id) {
-                tx.put_stream(&id, &row);
-                row.snapshot_changed = false;
+        };
+        let offset = pending.offset;
+        let end = crate::blocking::blocking(|| {
+            self.payloads.sync()?;
+            replay(&self.db, &self.payloads)?;
+            self.payloads.commit_end()
+        })?;
+        if let Some(pending) = self.pending.take() {
+            if end > offset {
+                self.apply(pending.tx);
             }
         }
-        tx.put_counters(&self.state);
+        Ok(())
+    }
+
+    /// Persists, then applies `tx`: seals it (stream rows and counters), appends its commit
+    /// record to the payload log and syncs it (one fdatasync, which also covers the command's
+    /// payloads), applies it to RocksDB without a sync of its own, and only then takes its
+    /// planned state as the engine's. A transaction that writes nothing changes nothing. On
+    /// failure the planned state waits in [`Self::pending`] and the error is reported.
+    fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
+        let counters = |s: &GroupState| (s.commit_index, s.next_gc_seq);
+        if tx.is_empty() && counters(&tx.state) == counters(&self.state) {
+            return Ok(());
+        }
+        tx.seal();
+        // Nothing reached the log if these fail: the planned state is dropped.
+        let record = tx.record()?;
+        let expected = self.payloads.next_commit_offset()?;
         let persisted = crate::blocking::blocking(|| {
-            let record = tx.record()?;
             let started = Instant::now();
-            let offset = self.payloads.commit(record, now_ms())?;
+            let offset = self
+                .payloads
+                .commit(record, now_ms())
+                .map_err(|e| (expected, e))?;
+            debug_assert_eq!(
+                offset, expected,
+                "the engine is the commit partition's only writer"
+            );
             let synced = Instant::now();
-            self.db.apply(record, offset + 1)?;
+            self.db.apply(record, offset + 1).map_err(|e| (offset, e))?;
             let (sync, write) = (synced - started, synced.elapsed());
             crate::metrics::group_commit(&self.name, sync, write);
             if let Some((metrics, placement)) = &self.metrics {
                 let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
                 metrics.record_wal_batch(*placement, 1, nanos(write), nanos(sync));
             }
-            Ok::<(), GroupError>(())
+            Ok::<(), (u64, GroupError)>(())
         });
         match persisted {
             Ok(()) => {
-                self.durable_counters = self.counters();
+                self.apply(tx);
                 Ok(())
             }
-            Err(e) => {
-                // A failed resync leaves `stale` set: the next command retries it and reports
-                // its error.
-                self.stale = self.resync().is_err();
+            Err((offset, e)) => {
+                self.pending = Some(PendingCommit { tx, offset });
+                if let Err(settling) = self.settle() {
+                    tracing::warn!(group = %self.name, error = %settling, "a failed commit stays unsettled until the next command");
+                }
                 Err(e.into())
             }
         }
     }
 
-    /// Marks stream `id` so the commit writes its row as memory holds it then.
+    /// Takes a committed transaction's state as the engine's and marks the runtime cold-index
+    /// pages it made stale.
+    fn apply(&mut self, tx: Tx) {
+        let (state, pages) = tx.into_applied();
+        self.state = state;
+        if let Some(index) = self.cold_index.as_mut() {
+            for (id, range) in &pages {
+                index.mark(id, *range);
+            }
+        }
+    }
+
+    /// Marks stream `id` so the commit writes its row as the planned state holds it then.
     fn save_stream(&self, tx: &mut Tx, id: &BucketStreamId) {
         tx.mark_stream(id);
     }
 
     /// Writes the usage row of `bucket` into `tx`.
     fn save_usage(&self, tx: &mut Tx, bucket: &str) {
-        if let Some(usage) = self.state.usage.get(bucket) {
-            tx.put_usage(bucket, usage);
+        if let Some(usage) = tx.state.usage.get(bucket).copied() {
+            tx.put_usage(bucket, &usage);
         }
     }
+}
+
+/// A commit that failed after its record may have been appended: its transaction and the
+/// offset its commit record was to get.
+struct PendingCommit {
+    tx: Tx,
+    offset: u64,
 }
 
 /// Applies the commit records past RocksDB's replay position: those RocksDB lost (applied without

@@ -9,6 +9,7 @@ use ursula_stream::{
 
 use super::db::Tx;
 use super::rows::{ProducerRow, ReceiptRow};
+use super::state::GroupState;
 use super::{stream_error, DiskGroupEngine};
 
 /// What the producer header means for an append.
@@ -23,19 +24,15 @@ pub(crate) enum ProducerDecision {
 impl DiskGroupEngine {
     pub(crate) fn evaluate_producer(
         &self,
+        state: &GroupState,
         id: &BucketStreamId,
         producer: Option<&ProducerRequest>,
     ) -> Result<ProducerDecision, GroupEngineError> {
         let Some(p) = producer else {
             return Ok(ProducerDecision::Accept);
         };
-        let Some(state) = self
-            .state
-            .producers
-            .get(id)
-            .and_then(|m| m.get(&p.producer_id))
-        else {
-            if p.producer_seq == 0 || !self.state.streams.contains_key(id) {
+        let Some(head) = state.producers.get(id).and_then(|m| m.get(&p.producer_id)) else {
+            if p.producer_seq == 0 || !state.streams.contains_key(id) {
                 return Ok(ProducerDecision::Accept);
             }
             return Err(seq_conflict(
@@ -47,20 +44,20 @@ impl DiskGroupEngine {
                 ),
             ));
         };
-        if p.producer_epoch < state.epoch {
+        if p.producer_epoch < head.epoch {
             return Err(GroupEngineError::stream_with_context(
                 StreamErrorCode::ProducerEpochStale,
                 format!(
                     "producer '{}' epoch {} is stale; current epoch is {}",
-                    p.producer_id, p.producer_epoch, state.epoch
+                    p.producer_id, p.producer_epoch, head.epoch
                 ),
                 None,
                 vec![StreamErrorContext::ProducerEpochStale {
-                    current_epoch: state.epoch,
+                    current_epoch: head.epoch,
                 }],
             ));
         }
-        if p.producer_epoch > state.epoch {
+        if p.producer_epoch > head.epoch {
             if p.producer_seq == 0 {
                 return Ok(ProducerDecision::Accept);
             }
@@ -72,32 +69,32 @@ impl DiskGroupEngine {
                 ),
             ));
         }
-        if p.producer_seq <= state.seq {
+        if p.producer_seq <= head.seq {
             let Some(receipt) = self.db.receipt(id, &p.producer_id, p.producer_seq)? else {
-                return Err(seq_conflict(p, state.seq + 1, format!(
+                return Err(seq_conflict(p, head.seq + 1, format!(
                     "producer '{}' sequence {} is older than the retained receipt window ending at {}",
-                    p.producer_id, p.producer_seq, state.seq
+                    p.producer_id, p.producer_seq, head.seq
                 )));
             };
             return Ok(ProducerDecision::Duplicate {
                 receipt,
                 producer: ProducerRequest {
                     producer_id: p.producer_id.clone(),
-                    producer_epoch: state.epoch,
+                    producer_epoch: head.epoch,
                     producer_seq: p.producer_seq,
                 },
             });
         }
-        if p.producer_seq == state.seq + 1 {
+        if p.producer_seq == head.seq + 1 {
             return Ok(ProducerDecision::Accept);
         }
         Err(seq_conflict(
             p,
-            state.seq + 1,
+            head.seq + 1,
             format!(
                 "producer '{}' expected sequence {}, received {}",
                 p.producer_id,
-                state.seq + 1,
+                head.seq + 1,
                 p.producer_seq
             ),
         ))
@@ -105,7 +102,7 @@ impl DiskGroupEngine {
 
     /// Records an accepted producer sequence with its receipt.
     pub(crate) fn record_producer(
-        &mut self,
+        &self,
         tx: &mut Tx,
         id: &BucketStreamId,
         p: &ProducerRequest,
@@ -114,9 +111,11 @@ impl DiskGroupEngine {
         let Some(last) = items.last().cloned() else {
             return;
         };
-        let heads = self.state.producers.entry(id.clone()).or_default();
-        let reset = heads
-            .get(&p.producer_id)
+        let reset = tx
+            .state
+            .producers
+            .get(id)
+            .and_then(|heads| heads.get(&p.producer_id))
             .is_none_or(|h| h.epoch != p.producer_epoch);
         let row = ProducerRow {
             epoch: p.producer_epoch,
@@ -138,6 +137,7 @@ impl DiskGroupEngine {
                 items,
             },
         );
+        let heads = tx.state.producers.entry(id.clone()).or_default();
         heads.insert(p.producer_id.clone(), row);
     }
 }

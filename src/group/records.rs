@@ -12,6 +12,7 @@ use ursula_stream::{
 
 use super::db::Tx;
 use super::rows::{RecordCursor, StreamRow};
+use super::state::GroupState;
 use super::{not_found, stream_error, DiskGroupEngine, GroupError};
 
 /// The retained record range of a stream with coordinates.
@@ -113,25 +114,30 @@ fn range_error(what: &str) -> GroupEngineError {
 
 impl DiskGroupEngine {
     /// Writes the records of an accepted append at `base` and advances the stream's cursor.
-    pub(crate) fn commit_records(
-        &mut self,
-        tx: &mut Tx,
-        id: &BucketStreamId,
-        base: u64,
-        ends: &[u64],
-    ) {
-        let Some(mut row) = self.state.streams.get_mut(id) else {
-            return;
-        };
-        let Some(cursor) = row.records.as_mut() else {
+    pub(crate) fn commit_records(&self, tx: &mut Tx, id: &BucketStreamId, base: u64, ends: &[u64]) {
+        let Some(next) = tx
+            .state
+            .streams
+            .get(id)
+            .and_then(|r| r.records)
+            .map(|c| c.next)
+        else {
             return;
         };
         let mut start = base;
         for (i, end) in ends.iter().enumerate() {
-            tx.put_record(id, cursor.next + i as u64, start);
+            tx.put_record(id, next + i as u64, start);
             start = base + end;
         }
-        cursor.next += ends.len() as u64;
+        if let Some(cursor) = tx
+            .state
+            .streams
+            .get_mut(id)
+            .as_mut()
+            .and_then(|r| r.records.as_mut())
+        {
+            cursor.next = next + ends.len() as u64;
+        }
     }
 
     /// The start offset of record `record` (the tail for the next record).
@@ -181,17 +187,17 @@ impl DiskGroupEngine {
     /// producer's last items when they cover it, else from the index.
     pub(crate) fn record_range_for(
         &self,
+        state: &GroupState,
         id: &BucketStreamId,
         start: u64,
         next: u64,
         producer: Option<&ProducerRequest>,
     ) -> Result<Option<StreamRecordRange>, GroupEngineError> {
-        let Some(row) = self.state.streams.get(id) else {
+        let Some(row) = state.streams.get(id) else {
             return Ok(None);
         };
         if let Some(p) = producer {
-            let item = self
-                .state
+            let item = state
                 .producers
                 .get(id)
                 .and_then(|heads| heads.get(&p.producer_id))
@@ -222,12 +228,12 @@ impl DiskGroupEngine {
 
     /// Drops the records below `retained` (which must start a record or be the tail).
     pub(crate) fn retain_records(
-        &mut self,
+        &self,
         tx: &mut Tx,
         id: &BucketStreamId,
         retained: u64,
     ) -> Result<(), GroupEngineError> {
-        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
         let Some(cursor) = row.records else {
             return Ok(());
         };
@@ -244,7 +250,7 @@ impl DiskGroupEngine {
             })?
         };
         tx.delete_records(id, cursor.first, first, retained);
-        if let Some(mut row) = self.state.streams.get_mut(id) {
+        if let Some(mut row) = tx.state.streams.get_mut(id) {
             row.records = Some(RecordCursor {
                 first,
                 next: cursor.next,

@@ -31,9 +31,8 @@ use super::{DiskGroupEngine, GroupOptions};
 use crate::cold::ColdStore;
 use crate::store::Store;
 
-/// Runs one command of the seam: first recovers memory from disk if an earlier command's future
-/// was dropped part-way ([`DiskGroupEngine::begin`]), then marks this one in progress until it
-/// returns, whatever it returns; before returning it writes the runtime cold-index pages that
+/// Runs one command of the seam: first settles a commit that failed before it
+/// ([`DiskGroupEngine::begin`]); before returning it writes the runtime cold-index pages that
 /// commits changed (a no-op without a runtime cold index).
 macro_rules! command {
     ($engine:ident, $body:block) => {
@@ -41,7 +40,6 @@ macro_rules! command {
             $engine.begin()?;
             let result = async { $body }.await;
             $engine.publish_cold_index().await;
-            $engine.end();
             result
         })
     };

@@ -112,7 +112,7 @@ impl DiskGroupEngine {
                 hot_segments,
                 cold_frontier_offset: row.hot_start_offset.max(row.retained_offset),
                 cold_index_generation: 0,
-                cold_chunks: row.cold_chunks.clone(),
+                cold_chunks: row.cold_chunks.to_vec(),
                 external_segments: externals,
                 message_records,
                 record_index,
@@ -236,7 +236,7 @@ impl DiskGroupEngine {
                 .collect(),
             ..GroupState::default()
         };
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         tx.clear_all();
         for b in &state.buckets {
             tx.put_bucket(b);
@@ -285,7 +285,7 @@ impl DiskGroupEngine {
                 snapshot_changed: entry.visible_snapshot.is_some(),
                 visible_snapshot: entry.visible_snapshot,
                 append_count: counts.get(&id.to_string()).copied().unwrap_or(0),
-                cold_chunks: entry.cold_chunks,
+                cold_chunks: entry.cold_chunks.into(),
                 partition: PayloadLog::partition_for(&id),
                 records: entry.record_index.as_ref().and_then(|index| {
                     index.range().ok().map(|r| RecordCursor {
@@ -341,7 +341,7 @@ impl DiskGroupEngine {
                     .or_default()
                     .insert(p.producer_id, head);
             }
-            for chunk in &row.cold_chunks {
+            for chunk in row.cold_chunks.iter() {
                 tx.put_chunk(&id, chunk);
             }
             tx.put_stream(&id, &row);
@@ -349,11 +349,9 @@ impl DiskGroupEngine {
         }
         state.recount_shared_refs();
         state.recompute_expiry_floor();
-        let previous = std::mem::replace(&mut self.state, state);
-        if let Err(e) = self.commit(tx) {
-            self.state = previous;
-            return Err(e);
-        }
+        tx.state = state;
+        let previous = tx.state.clone();
+        self.commit(tx)?;
         // Pages of the streams replaced are rewritten from the new manifest (or deleted).
         if let Some(index) = self.cold_index.as_mut() {
             index.touch_all(&previous);

@@ -34,7 +34,7 @@ impl DiskGroupEngine {
             ));
         };
         let total: u64 = operations.iter().map(|op| op.payload.len() as u64).sum();
-        self.check_admission(&first.stream_id, admission, total)?;
+        self.check_admission(&self.state, &first.stream_id, admission, total)?;
         let bucket = first.stream_id.bucket_id.clone();
         let Some(affinity) = first.stream_id.affinity_key.clone() else {
             return Err(stream_error(
@@ -56,21 +56,16 @@ impl DiskGroupEngine {
             }
         }
         let inputs: Vec<AppendInput> = operations.into_iter().map(AppendInput::from).collect();
-        let mut tx = Tx::default();
-        let applied = match self.plan_transaction(&mut tx, &inputs) {
-            Ok(applied) => applied,
-            Err(e) => return self.rollback(&tx, e),
-        };
-        // Memory already holds the operations: a failed payload write must undo them.
+        let mut tx = Tx::new(&self.state);
+        let applied = self.plan_transaction(&mut tx, &inputs)?;
+        // A failed payload write drops the planned operations with `tx`.
         let now_ms = inputs.first().map_or(0, |i| i.now_ms);
-        let written = self.write_planned(&applied, now_ms).await;
-        if let Err(e) = written {
-            return self.rollback(&tx, e);
-        }
-        let group_hot = self.state.group_hot_bytes();
+        self.write_planned(&applied, now_ms).await?;
+        let group_hot = tx.state.group_hot_bytes();
         let mut responses = Vec::with_capacity(applied.len());
         for (input, op) in inputs.iter().zip(applied) {
-            let mut response = self.append_response(&input.stream_id, op.outcome, placement)?;
+            let mut response =
+                self.append_response(&tx.state, &input.stream_id, op.outcome, placement)?;
             response.stream_append_count = op.count;
             response.group_commit_index = op.commit;
             response.group_hot_bytes = group_hot;
@@ -86,14 +81,14 @@ impl DiskGroupEngine {
     /// Plans and applies the operations in order (each sees the ones before it); an operation
     /// that writes is given the payload offset it will get in its stream's partition.
     fn plan_transaction(
-        &mut self,
+        &self,
         tx: &mut Tx,
         inputs: &[AppendInput],
     ) -> Result<Vec<TransactionOp>, GroupEngineError> {
         let mut next: BTreeMap<u32, u64> = BTreeMap::new();
         let mut out = Vec::with_capacity(inputs.len());
         for input in inputs {
-            let partition = self
+            let partition = tx
                 .state
                 .streams
                 .get(&input.stream_id)
@@ -121,7 +116,7 @@ impl DiskGroupEngine {
                     "append transaction operations must carry payload",
                 ));
             }
-            let count = self
+            let count = tx
                 .state
                 .streams
                 .get(&input.stream_id)
@@ -132,7 +127,7 @@ impl DiskGroupEngine {
                 outcome,
                 payload,
                 count,
-                commit: self.state.commit_index,
+                commit: tx.state.commit_index,
             });
         }
         Ok(out)

@@ -6,6 +6,7 @@ use ursula_shard::BucketStreamId;
 use ursula_stream::StreamErrorCode;
 
 use super::db::Tx;
+use super::state::GroupState;
 use super::{stream_error, DiskGroupEngine};
 
 /// One write unit of usage accounting.
@@ -15,13 +16,14 @@ impl DiskGroupEngine {
     /// Checks a new stream against the bucket's quota.
     pub(crate) fn check_create_quota(
         &self,
+        state: &GroupState,
         bucket: &str,
         initial: u64,
     ) -> Result<(), GroupEngineError> {
-        let Some(quota) = self.state.quotas.get(bucket) else {
+        let Some(quota) = state.quotas.get(bucket) else {
             return Ok(());
         };
-        let usage = self.state.usage.get(bucket).copied().unwrap_or_default();
+        let usage = state.usage.get(bucket).copied().unwrap_or_default();
         if let Some(max) = quota.max_streams {
             if usage.stream_count >= max {
                 return Err(stream_error(
@@ -32,22 +34,23 @@ impl DiskGroupEngine {
                 ));
             }
         }
-        self.check_retained_quota(bucket, initial)
+        self.check_retained_quota(state, bucket, initial)
     }
 
     /// Checks `incoming` more retained bytes against the bucket's quota.
     pub(crate) fn check_retained_quota(
         &self,
+        state: &GroupState,
         bucket: &str,
         incoming: u64,
     ) -> Result<(), GroupEngineError> {
-        let Some(quota) = self.state.quotas.get(bucket) else {
+        let Some(quota) = state.quotas.get(bucket) else {
             return Ok(());
         };
         let Some(max) = quota.max_retained_bytes else {
             return Ok(());
         };
-        let usage = self.state.usage.get(bucket).copied().unwrap_or_default();
+        let usage = state.usage.get(bucket).copied().unwrap_or_default();
         if usage.retained_bytes.saturating_add(incoming) > max {
             return Err(stream_error(
                 StreamErrorCode::QuotaExceeded,
@@ -61,14 +64,14 @@ impl DiskGroupEngine {
 
     /// Counts an accepted append (or a created stream's initial payload) in the usage.
     pub(crate) fn usage_on_append(
-        &mut self,
+        &self,
         tx: &mut Tx,
         bucket: &str,
         bytes: u64,
         records: u64,
         created: bool,
     ) {
-        let usage = self.state.usage.entry(bucket.to_string()).or_default();
+        let usage = tx.state.usage.entry(bucket.to_string()).or_default();
         if created {
             usage.stream_count = usage.stream_count.saturating_add(1);
         }
@@ -84,6 +87,7 @@ impl DiskGroupEngine {
     /// Rejects with `ColdBackpressure` when `incoming` more hot bytes would pass the limit.
     pub(crate) fn check_admission(
         &self,
+        state: &GroupState,
         id: &BucketStreamId,
         admission: ColdWriteAdmission,
         incoming: u64,
@@ -94,7 +98,7 @@ impl DiskGroupEngine {
         if incoming == 0 {
             return Ok(());
         }
-        let before = self.state.group_hot_bytes();
+        let before = state.group_hot_bytes();
         let after = before.saturating_add(incoming);
         if after <= limit {
             return Ok(());

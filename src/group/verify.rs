@@ -111,7 +111,7 @@ impl DiskGroupEngine {
                 });
             }
         }
-        for chunk in &row.cold_chunks {
+        for chunk in row.cold_chunks.iter() {
             report.cold_objects += 1;
             let len = chunk.end_offset - chunk.start_offset;
             match self

@@ -75,8 +75,12 @@ impl DiskGroupEngine {
 
     /// Moves the hot start past external segments that begin at it (they are not hot) and
     /// recounts the external bytes above it.
-    pub(crate) fn settle_hot_start(&mut self, id: &BucketStreamId) -> Result<(), GroupEngineError> {
-        let Some(row) = self.state.streams.get(id) else {
+    pub(crate) fn settle_hot_start(
+        &self,
+        tx: &mut Tx,
+        id: &BucketStreamId,
+    ) -> Result<(), GroupEngineError> {
+        let Some(row) = tx.state.streams.get(id) else {
             return Ok(());
         };
         let tail = row.metadata.tail_offset;
@@ -92,7 +96,7 @@ impl DiskGroupEngine {
             .filter(|e| e.start_offset >= hot_start)
             .map(|e| e.end_offset - e.start_offset)
             .sum();
-        if let Some(mut row) = self.state.streams.get_mut(id) {
+        if let Some(mut row) = tx.state.streams.get_mut(id) {
             row.hot_start_offset = hot_start;
             row.external_hot = external_hot;
         }
@@ -235,7 +239,7 @@ impl DiskGroupEngine {
     ) -> Result<FlushColdResponse, GroupEngineError> {
         let id = &request.stream_id;
         let chunk = request.chunk;
-        self.validate_scope(id)?;
+        self.validate_scope(&self.state, id)?;
         if chunk.s3_path.trim().is_empty() {
             return Err(stream_error(
                 StreamErrorCode::InvalidColdFlush,
@@ -311,30 +315,33 @@ impl DiskGroupEngine {
                 ));
             }
         }
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let end = chunk.end_offset;
         tx.put_chunk(id, &chunk);
-        self.touch_cold_index(id, [&chunk]);
+        tx.touch_cold_pages(id, [&chunk]);
         if chunk.shared_object {
-            *self
-                .state
+            *tx.state
                 .shared_refs
                 .entry(chunk.s3_path.clone())
                 .or_default() += 1;
         }
-        if let Some(mut row) = self.state.streams.get_mut(id) {
-            row.cold_chunks.push(chunk);
+        if let Some(mut row) = tx.state.streams.get_mut(id) {
+            std::sync::Arc::make_mut(&mut row.cold_chunks).push(chunk);
             row.hot_start_offset = end;
         }
-        self.settle_hot_start(id)?;
+        self.settle_hot_start(&mut tx, id)?;
         // Message rows wholly below the new hot start are no longer needed for reads.
         tx.delete_messages_below(&self.db, id, end)?;
         self.save_stream(&mut tx, id);
-        self.state.commit_index += 1;
+        tx.state.commit_index += 1;
         let response = FlushColdResponse {
             placement,
-            hot_start_offset: self.reported_hot_start(id),
-            group_commit_index: self.state.commit_index,
+            hot_start_offset: tx
+                .state
+                .streams
+                .get(id)
+                .map_or(0, GroupState::reported_hot_start),
+            group_commit_index: tx.state.commit_index,
         };
         self.commit(tx)?;
         Ok(response)
@@ -348,7 +355,7 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<CompactColdResponse, GroupEngineError> {
         let id = &request.stream_id;
-        self.validate_scope(id)?;
+        self.validate_scope(&self.state, id)?;
         let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
         if request.old_chunks.len() < 2 {
             return Err(stream_error(
@@ -410,7 +417,7 @@ impl DiskGroupEngine {
                 "cold compaction inputs are not the stream's current chunks",
             ));
         }
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let old_paths: Vec<String> = request
             .old_chunks
             .iter()
@@ -420,9 +427,9 @@ impl DiskGroupEngine {
             tx.delete_chunk(id, old.start_offset);
         }
         tx.put_chunk(id, &replacement);
-        self.touch_cold_index(id, [&replacement]);
-        if let Some(mut row) = self.state.streams.get_mut(id) {
-            row.cold_chunks.splice(at..at + n, [replacement]);
+        tx.touch_cold_pages(id, [&replacement]);
+        if let Some(mut row) = tx.state.streams.get_mut(id) {
+            std::sync::Arc::make_mut(&mut row.cold_chunks).splice(at..at + n, [replacement]);
         }
         self.save_stream(&mut tx, id);
         let paths = self.gc_paths_with_pages(id, &request.old_chunks, old_paths);
@@ -431,12 +438,12 @@ impl DiskGroupEngine {
             ColdGcTarget::Paths(paths),
             request.gc_not_before_ms,
         );
-        self.state.commit_index += 1;
+        tx.state.commit_index += 1;
         let response = CompactColdResponse {
             placement,
             compacted_chunks: n as u64,
             compacted_bytes: bytes,
-            group_commit_index: self.state.commit_index,
+            group_commit_index: tx.state.commit_index,
         };
         self.commit(tx)?;
         Ok(response)
@@ -453,25 +460,23 @@ impl DiskGroupEngine {
         up_to_seq: u64,
         placement: ShardPlacement,
     ) -> Result<AckColdGcResponse, GroupEngineError> {
-        let mut tx = Tx::default();
+        let mut tx = Tx::new(&self.state);
         let mut removed = 0;
-        while self.state.gc.front().is_some_and(|e| e.seq <= up_to_seq) {
-            if let Some(entry) = self.state.gc.pop_front() {
+        while tx.state.gc.front().is_some_and(|e| e.seq <= up_to_seq) {
+            if let Some(entry) = tx.state.gc.pop_front() {
                 tx.delete_gc(entry.seq);
                 removed += 1;
                 // Pages this entry deleted may have named live chunks too: write them again.
-                if let (Some(index), ColdGcTarget::Paths(paths)) =
-                    (self.cold_index.as_mut(), &entry.target)
-                {
-                    index.touch_collected(&self.state, paths);
+                if let ColdGcTarget::Paths(paths) = &entry.target {
+                    tx.touch_collected_pages(paths);
                 }
             }
         }
-        self.state.commit_index += 1;
+        tx.state.commit_index += 1;
         let response = AckColdGcResponse {
             placement,
             removed,
-            group_commit_index: self.state.commit_index,
+            group_commit_index: tx.state.commit_index,
         };
         self.commit(tx)?;
         Ok(response)

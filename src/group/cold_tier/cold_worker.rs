@@ -41,7 +41,7 @@ fn legacy_chunk_prefix(id: &BucketStreamId) -> String {
 
 impl DiskGroupEngine {
     /// Runs one cold-tier task as a command ([`Self::begin`], then the cold-index pages its
-    /// commits changed, then [`Self::end`]) in a `strata.cold` span, and reports its outcome.
+    /// commits changed) in a `strata.cold` span, and reports its outcome.
     async fn cold_task<T: std::fmt::Debug>(
         &mut self,
         task: &'static str,
@@ -51,7 +51,6 @@ impl DiskGroupEngine {
         let span = tracing::info_span!("strata.cold", group = %self.name, task);
         let result = steps(self).instrument(span).await;
         self.publish_cold_index().await;
-        self.end();
         trace(&self.name, task, &result);
         result
     }

@@ -47,6 +47,41 @@ pub(crate) fn indexed(chunk: &ColdChunkRef) -> bool {
         && chunk.end_offset > chunk.start_offset
 }
 
+/// Page ranges (first, last) of streams whose pages must be written again.
+pub(crate) type PageMarks = Vec<(BucketStreamId, (u64, u64))>;
+
+/// The page ids (first, last) the indexed ones of `chunks` appear on, if any is indexed.
+pub(crate) fn pages_of<'a>(
+    chunks: impl IntoIterator<Item = &'a ColdChunkRef>,
+) -> Option<(u64, u64)> {
+    chunks
+        .into_iter()
+        .filter(|c| indexed(c))
+        .map(page_span)
+        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+}
+
+/// The pages to write again of the streams of `state` whose pages the acknowledged GC `paths`
+/// deleted.
+pub(crate) fn collected_pages(state: &GroupState, paths: &[String]) -> PageMarks {
+    let pages: Vec<&String> = paths
+        .iter()
+        .filter(|p| p.contains("/cold-index/"))
+        .collect();
+    if pages.is_empty() {
+        return Vec::new();
+    }
+    state
+        .streams
+        .iter()
+        .filter(|(id, _)| {
+            let prefix = cold_index_prefix(id);
+            pages.iter().any(|p| p.starts_with(&prefix))
+        })
+        .filter_map(|(id, row)| Some((id.clone(), pages_of(row.cold_chunks.iter())?)))
+        .collect()
+}
+
 /// The page ids a chunk appears on.
 fn page_span(chunk: &ColdChunkRef) -> (u64, u64) {
     (
@@ -99,34 +134,21 @@ impl RuntimeColdIndex {
         id: &BucketStreamId,
         chunks: impl IntoIterator<Item = &'a ColdChunkRef>,
     ) {
-        for chunk in chunks.into_iter().filter(|c| indexed(c)) {
-            let (first, last) = page_span(chunk);
-            let range = self.touched.entry(id.clone()).or_insert((first, last));
-            *range = (range.0.min(first), range.1.max(last));
+        if let Some(pages) = pages_of(chunks) {
+            self.mark(id, pages);
         }
+    }
+
+    /// Marks pages `(first, last)` of `id` to be written again.
+    pub fn mark(&mut self, id: &BucketStreamId, (first, last): (u64, u64)) {
+        let range = self.touched.entry(id.clone()).or_insert((first, last));
+        *range = (range.0.min(first), range.1.max(last));
     }
 
     /// Marks every page of every stream of `state`.
     pub fn touch_all(&mut self, state: &GroupState) {
         for (id, row) in state.streams.iter() {
-            self.touch(id, &row.cold_chunks);
-        }
-    }
-
-    /// Marks the streams of `state` whose pages the acknowledged GC `paths` deleted.
-    pub fn touch_collected(&mut self, state: &GroupState, paths: &[String]) {
-        let pages: Vec<&String> = paths
-            .iter()
-            .filter(|p| p.contains("/cold-index/"))
-            .collect();
-        if pages.is_empty() {
-            return;
-        }
-        for (id, row) in state.streams.iter() {
-            let prefix = cold_index_prefix(id);
-            if pages.iter().any(|p| p.starts_with(&prefix)) {
-                self.touch(id, &row.cold_chunks);
-            }
+            self.touch(id, row.cold_chunks.iter());
         }
     }
 
@@ -215,17 +237,6 @@ impl crate::group::DiskGroupEngine {
             Err(e) => {
                 tracing::warn!(group = %self.name, error = %e, "cold index pages not written; retried by the next command")
             }
-        }
-    }
-
-    /// Marks the pages `chunks` of `id` appear on to be written again, when indexing.
-    pub(crate) fn touch_cold_index<'a>(
-        &mut self,
-        id: &BucketStreamId,
-        chunks: impl IntoIterator<Item = &'a ColdChunkRef>,
-    ) {
-        if let Some(index) = self.cold_index.as_mut() {
-            index.touch(id, chunks);
         }
     }
 

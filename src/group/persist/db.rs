@@ -2,7 +2,6 @@
 //! command built from its commit record and written without RocksDB's WAL, atomic flushes, and
 //! the full load at open (format/GROUP_STATE.md).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -14,6 +13,7 @@ use ursula_shard::BucketStreamId;
 
 use super::mirror::{FamilyMirror, Mirrors};
 use crate::fs::{create_dir_durable, Fs};
+use crate::group::cold_tier::runtime_index::PageMarks;
 use crate::group::commit_record::{self, CommitRecord, Op};
 use crate::group::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
 use crate::group::persist::stream_row::{decode_stream_row, encode_stream_row};
@@ -107,13 +107,92 @@ pub(crate) struct GroupDb {
     dir: PathBuf,
 }
 
-/// The writes of one command: a [`CommitRecord`], made durable in the payload log and then
+/// One command's change: the group state it leaves and the [`Writes`] that persist it.
+/// Derefs to its writes, so a plan writes a row with `tx.put_…` beside changing `tx.state`.
+pub(crate) struct Tx {
+    /// The group state as the command leaves it: planned on a clone of the engine's state
+    /// (sharing every row it does not change), which the engine takes as its own only once the
+    /// commit record is durable and applied to RocksDB.
+    pub state: GroupState,
+    writes: Writes,
+    /// Runtime cold-index pages (first, last) per stream that the change makes stale
+    /// ([`crate::group::cold_tier::runtime_index`]), marked once the commit is applied.
+    cold_pages: PageMarks,
+}
+
+/// The rows one command writes: a [`CommitRecord`], made durable in the payload log and then
 /// applied by [`GroupDb::apply`].
 #[derive(Default)]
-pub(crate) struct Tx {
+pub(crate) struct Writes {
     record: CommitRecord,
     error: Option<GroupError>,
     dirty_streams: Vec<BucketStreamId>,
+}
+
+impl std::ops::Deref for Tx {
+    type Target = Writes;
+
+    fn deref(&self) -> &Writes {
+        &self.writes
+    }
+}
+
+impl std::ops::DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut Writes {
+        &mut self.writes
+    }
+}
+
+impl Tx {
+    /// A transaction that starts from `state` (a clone: a few reference counts).
+    pub fn new(state: &GroupState) -> Self {
+        Self {
+            state: state.clone(),
+            writes: Writes::default(),
+            cold_pages: Vec::new(),
+        }
+    }
+
+    /// Notes that the runtime cold-index pages `chunks` of `id` appear on change with this
+    /// transaction.
+    pub fn touch_cold_pages<'a>(
+        &mut self,
+        id: &BucketStreamId,
+        chunks: impl IntoIterator<Item = &'a ursula_stream::ColdChunkRef>,
+    ) {
+        if let Some(pages) = crate::group::cold_tier::runtime_index::pages_of(chunks) {
+            self.cold_pages.push((id.clone(), pages));
+        }
+    }
+
+    /// Notes that the runtime cold-index pages of streams whose pages the acknowledged GC
+    /// `paths` deleted must be written again.
+    pub fn touch_collected_pages(&mut self, paths: &[String]) {
+        let pages = crate::group::cold_tier::runtime_index::collected_pages(&self.state, paths);
+        self.cold_pages.extend(pages);
+    }
+
+    /// The state and the cold-index pages the transaction leaves, once it is committed.
+    pub fn into_applied(self) -> (GroupState, PageMarks) {
+        (self.state, self.cold_pages)
+    }
+
+    /// Adds the command's last writes: the row of every marked stream as the planned state
+    /// holds it (its checkpoint payload too when that changed), and the counters.
+    pub fn seal(&mut self) {
+        for id in std::mem::take(&mut self.writes.dirty_streams) {
+            let Some(row) = self.state.streams.get(&id) else {
+                continue;
+            };
+            self.writes.put_stream(&id, row);
+            if row.snapshot_changed {
+                if let Some(mut row) = self.state.streams.get_mut(&id) {
+                    row.snapshot_changed = false;
+                }
+            }
+        }
+        self.writes.put_counters(&self.state);
+    }
 }
 
 impl GroupDb {
@@ -164,7 +243,7 @@ impl GroupDb {
     /// the log's end: nothing before it is a commit record to apply; version 3 keeps its own).
     /// JSON stream rows of version 3 stay until their stream next changes.
     fn upgrade(&self, from: Option<u64>, replay_from: u64) -> Result<(), GroupError> {
-        let mut tx = Tx::default();
+        let mut tx = Writes::default();
         if from == Some(1) {
             self.scan(CF_STREAMS, &[], &[], |k, v| {
                 let row: StreamRow = decode_stream_row(v)?;
@@ -524,17 +603,10 @@ impl GroupDb {
         let mut state = GroupState {
             commit_index: self.meta_u64(META_COMMIT_INDEX)?,
             next_gc_seq: self.meta_u64(META_NEXT_GC_SEQ)?,
-            buckets: BTreeSet::new(),
-            streams: Default::default(),
-            producers: HashMap::new(),
-            usage: BTreeMap::new(),
-            quotas: BTreeMap::new(),
-            gc: VecDeque::new(),
-            retired_counts: HashMap::new(),
-            shared_refs: HashMap::new(),
             expiry_floor: u64::MAX,
+            ..GroupState::default()
         };
-        let mut rows: HashMap<BucketStreamId, StreamRow> = HashMap::new();
+        let mut rows: imbl::HashMap<BucketStreamId, StreamRow> = imbl::HashMap::new();
         self.scan(CF_BUCKETS, &[], &[], |k, _| {
             let bucket = String::from_utf8(k.to_vec())
                 .map_err(|_| GroupError::Corrupt("bucket key".into()))?;
@@ -563,10 +635,10 @@ impl GroupDb {
             let (id, _) =
                 decode_stream_key(k).ok_or_else(|| GroupError::Corrupt("cold chunk key".into()))?;
             let chunk: ursula_stream::ColdChunkRef = decode_row("cold chunk", v)?;
-            rows.get_mut(&id)
-                .ok_or_else(|| GroupError::Corrupt(format!("cold chunk of missing stream '{id}'")))?
-                .cold_chunks
-                .push(chunk);
+            let row = rows.get_mut(&id).ok_or_else(|| {
+                GroupError::Corrupt(format!("cold chunk of missing stream '{id}'"))
+            })?;
+            Arc::make_mut(&mut row.cold_chunks).push(chunk);
             Ok(true)
         })?;
         state.streams = Streams::from_rows(rows);
@@ -600,12 +672,12 @@ impl GroupDb {
     }
 
     /// Every JSON row of a family keyed by bucket id.
-    fn bucket_rows<T: serde::de::DeserializeOwned>(
+    fn bucket_rows<T: serde::de::DeserializeOwned + Clone>(
         &self,
         cf: &str,
         what: &str,
-    ) -> Result<BTreeMap<String, T>, GroupError> {
-        let mut rows = BTreeMap::new();
+    ) -> Result<imbl::OrdMap<String, T>, GroupError> {
+        let mut rows = imbl::OrdMap::new();
         self.scan(cf, &[], &[], |k, v| {
             rows.insert(
                 String::from_utf8_lossy(k).into_owned(),
@@ -660,7 +732,7 @@ fn message_start(key: &[u8], prefix_len: usize) -> Result<u64, GroupError> {
         .ok_or_else(|| GroupError::Corrupt("message key".into()))
 }
 
-impl Tx {
+impl Writes {
     fn put_raw(&mut self, cf: &str, key: &[u8], value: &[u8]) {
         self.record.push(Op::Put {
             cf: cf_position(cf),
@@ -827,11 +899,6 @@ impl Tx {
         if !self.dirty_streams.contains(id) {
             self.dirty_streams.push(id.clone());
         }
-    }
-
-    /// Takes the streams marked so far.
-    pub fn take_dirty_streams(&mut self) -> Vec<BucketStreamId> {
-        std::mem::take(&mut self.dirty_streams)
     }
 
     /// Writes one message row of a stream whose payloads live in `partition` (and records that

@@ -118,6 +118,13 @@ impl PayloadLog {
         u64::try_from(offset).map_err(|_| GroupError::Corrupt(format!("commit offset {offset}")))
     }
 
+    /// The offset the next commit record gets: past every record written to the commit
+    /// partition, published or not (a command's payloads may share the partition and are
+    /// published with its commit record).
+    pub fn next_commit_offset(&self) -> Result<u64, GroupError> {
+        self.next_offset(COMMIT_PARTITION)
+    }
+
     /// Makes everything written so far durable (blocking).
     pub fn sync(&self) -> Result<(), GroupError> {
         Ok(self.log.sync_blocking()?)

@@ -47,8 +47,9 @@ pub struct StreamRow {
     pub append_count: u64,
     /// Cold chunks in offset order, covering `[cold start, hot_start_offset)`; stored one row
     /// each in the `cold_chunks` family (not in this row), so an append never rewrites them.
+    /// Shared between versions of the state: copying a row for a change does not copy them.
     #[serde(skip)]
-    pub cold_chunks: Vec<ColdChunkRef>,
+    pub cold_chunks: std::sync::Arc<Vec<ColdChunkRef>>,
     /// Segment partition that holds this stream's hot payloads.
     pub partition: u32,
     /// JSON record coordinates (`application/json` streams): the first retained record and the

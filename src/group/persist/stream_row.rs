@@ -114,7 +114,7 @@ fn decode_binary(bytes: &[u8]) -> Result<StreamRow, GroupError> {
         })?,
         snapshot_changed: false,
         append_count: r.u64()?,
-        cold_chunks: Vec::new(),
+        cold_chunks: Default::default(),
         partition: u32::from_be_bytes(r.array()?),
         records: r.opt(|r| {
             Ok(RecordCursor {
@@ -269,7 +269,7 @@ mod tests {
             }),
             snapshot_changed: false,
             append_count: 7,
-            cold_chunks: Vec::new(),
+            cold_chunks: Default::default(),
             partition: 5,
             records: Some(RecordCursor { first: 1, next: 4 }),
             external_hot: 9,

@@ -1,11 +1,16 @@
 //! The group state held in memory: every small table of the database (streams, producers,
 //! buckets, usage, quotas, the cold-GC queue and the counters), loaded at open and kept equal to
-//! the durable rows by writing each change through a [`crate::group::db::Tx`].
+//! the durable rows.
+//!
+//! The state is a persistent value: its tables are `imbl` collections, so a clone costs a few
+//! reference counts and shares every row, and changing a clone copies only the path to what
+//! changed. A command plans on a clone (the state its [`crate::group::db::Tx`] leaves), never on
+//! the engine's state, which is replaced by that clone once the commit record is durable.
 
 pub mod integrity;
 pub mod streams;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use imbl::{HashMap, OrdMap, OrdSet, Vector};
 
 use ursula_shard::BucketStreamId;
 use ursula_stream::{StreamMetadata, StreamStatus};
@@ -21,17 +26,17 @@ pub(crate) struct GroupState {
     /// Sequence the next cold-GC entry gets.
     pub next_gc_seq: u64,
     /// Buckets that exist.
-    pub buckets: BTreeSet<String>,
+    pub buckets: OrdSet<String>,
     /// Live streams.
     pub streams: Streams,
     /// Producer heads per stream.
-    pub producers: HashMap<BucketStreamId, BTreeMap<String, ProducerRow>>,
+    pub producers: HashMap<BucketStreamId, OrdMap<String, ProducerRow>>,
     /// Per-bucket usage.
-    pub usage: BTreeMap<String, UsageRow>,
+    pub usage: OrdMap<String, UsageRow>,
     /// Per-bucket quotas.
-    pub quotas: BTreeMap<String, QuotaRow>,
+    pub quotas: OrdMap<String, QuotaRow>,
     /// Cold-GC queue, oldest first.
-    pub gc: VecDeque<GcRow>,
+    pub gc: Vector<GcRow>,
     /// Append counts of streams removed by expiry or purge: a stream recreated under the same
     /// id continues its count (only an explicit delete forgets it), as in ursula.
     pub retired_counts: HashMap<BucketStreamId, u64>,

@@ -1,8 +1,10 @@
 //! The group's stream rows in memory, with the sum of their hot bytes kept as rows change, so
-//! the group hot bytes every append response reports cost nothing per stream.
+//! the group hot bytes every append response reports cost nothing per stream. A persistent map:
+//! cloning it shares every row (see [`crate::group::state`]).
 
-use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
+
+use imbl::HashMap;
 
 use ursula_shard::BucketStreamId;
 
