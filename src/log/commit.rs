@@ -195,7 +195,7 @@ impl GroupCommit {
             self.lock_relay().append(&mut threads);
             self.relay_wakes();
         }
-        log.prepare_journal_ahead();
+        log.request_preparation();
     }
 
     fn lock_relay(&self) -> MutexGuard<'_, Vec<Thread>> {

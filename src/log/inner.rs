@@ -45,6 +45,8 @@ pub(crate) struct LogInner {
     pub maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
     pub maintenance_status: Mutex<MaintenanceStatus>,
     pub background: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    /// Prepares journal space ahead of the writers (see [`super::preparer`]).
+    pub preparer: super::preparer::Preparer,
     /// Keeps the store's directory lock alive until the log is closed.
     pub lock: Mutex<Option<Arc<dyn Send + Sync>>>,
     /// Backups in progress that need this log's segments kept (see `Log::hold_deletions`).
@@ -164,9 +166,17 @@ impl LogInner {
         }
     }
 
+    /// Asks the preparer for the next chunk of journal space when less than a chunk is left
+    /// prepared ahead (the group-commit leader calls this after its round).
+    pub fn request_preparation(&self) {
+        if self.journal().is_some_and(|j| j.wants_preparation()) {
+            self.preparer.request();
+        }
+    }
+
     /// Zeroes and syncs the next chunk of journal file ahead of the writers, outside the lock,
-    /// when little is left (the group-commit leader calls this after its round). A failure
-    /// is left for the writer that needs the space, which prepares it inline and reports it.
+    /// when little is left (the preparer's work). A failure is left for the writer that needs
+    /// the space, which prepares it inline and reports it.
     pub fn prepare_journal_ahead(&self) {
         let Some(p) = self.journal().and_then(|mut j| j.begin_preparation()) else {
             return;
@@ -337,6 +347,7 @@ impl LogInner {
     pub fn shutdown(&self) -> StoreResult<()> {
         self.stop_maintenance();
         stop_thread(&self.background);
+        stop_thread(&self.preparer.thread);
         let mut result = self
             .sync_all_blocking()
             .and_then(|()| self.checkpoint())

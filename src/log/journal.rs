@@ -414,11 +414,19 @@ impl Journal {
         Ok(())
     }
 
+    /// True when less than a chunk is prepared ahead, no preparation runs and the file has
+    /// room left to prepare.
+    pub fn wants_preparation(&self) -> bool {
+        let ahead = self.current.prepared - self.current.len;
+        !self.preparing
+            && ahead < prepare_chunk(self.current.capacity)
+            && self.current.prepared < self.current.capacity
+    }
+
     /// The next chunk to prepare ahead of the writer, when less than a chunk is prepared ahead
     /// and no preparation runs; marks one running ([`Self::end_preparation`] ends it).
     pub fn begin_preparation(&mut self) -> Option<Preparation> {
-        let ahead = self.current.prepared - self.current.len;
-        if self.preparing || ahead >= prepare_chunk(self.current.capacity) {
+        if !self.wants_preparation() {
             return None;
         }
         let p = self.current.next_preparation(0)?;

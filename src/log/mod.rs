@@ -26,6 +26,7 @@ mod journal;
 pub mod maintenance;
 pub mod options;
 pub mod partition;
+mod preparer;
 mod replay;
 mod request;
 pub mod retention;
@@ -172,6 +173,7 @@ impl Log {
             maintenance: Mutex::new(None),
             maintenance_status: Mutex::new(MaintenanceStatus::default()),
             background: Mutex::new(None),
+            preparer: Default::default(),
             lock: Mutex::new(Some(lock)),
             deletion_holds: Default::default(),
             metrics,
@@ -179,6 +181,9 @@ impl Log {
             synced_records: AtomicU64::new(0),
         });
         inner.start_background()?;
+        if inner.journal.is_some() {
+            preparer::Preparer::start(&inner)?;
+        }
         let log = Log { inner };
         if let Some(period) = log.inner.options.maintenance_interval {
             log.start_maintenance(period)?;
