@@ -414,17 +414,18 @@ impl Journal {
         Ok(())
     }
 
-    /// True when less than a chunk is prepared ahead, no preparation runs and the file has
-    /// room left to prepare.
+    /// True when less than half a chunk is prepared ahead (the next chunk then has the time
+    /// the writers take for that half), no preparation runs and the file has room left to
+    /// prepare. A log that writes less than half its first chunk never prepares another.
     pub fn wants_preparation(&self) -> bool {
         let ahead = self.current.prepared - self.current.len;
         !self.preparing
-            && ahead < prepare_chunk(self.current.capacity)
+            && ahead < prepare_chunk(self.current.capacity) / 2
             && self.current.prepared < self.current.capacity
     }
 
-    /// The next chunk to prepare ahead of the writer, when less than a chunk is prepared ahead
-    /// and no preparation runs; marks one running ([`Self::end_preparation`] ends it).
+    /// The next chunk to prepare ahead of the writer, when less than half a chunk is prepared
+    /// ahead and no preparation runs; marks one running ([`Self::end_preparation`] ends it).
     pub fn begin_preparation(&mut self) -> Option<Preparation> {
         if !self.wants_preparation() {
             return None;
