@@ -13,7 +13,6 @@ use ursula_stream::{
     StreamMetadata, StreamRecordRange, StreamStatus,
 };
 
-use super::db::Tx;
 use super::integrity::{integrity_append, integrity_external};
 use super::lifecycle::validate_producer;
 use super::payload::PayloadLog;
@@ -21,6 +20,7 @@ use super::producers::{producer_item, ProducerDecision};
 use super::records;
 use super::rows::MessageRow;
 use super::state::{is_closed, renew_ttl, GroupState};
+use super::tx::Tx;
 use super::{not_found, stream_error, DiskGroupEngine};
 
 /// One append, as the state machine sees it.

@@ -9,9 +9,9 @@ use ursula_runtime::{
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::{ColdGcTarget, StreamErrorCode, StreamVisibleSnapshot};
 
-use super::db::Tx;
 use super::records;
 use super::state::{is_closed, is_expired, GroupState};
+use super::tx::Tx;
 use super::{not_found, stream_error, DiskGroupEngine};
 
 /// BLAKE3 over the content type length, the content type and the payload (ursula's digest).

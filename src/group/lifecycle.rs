@@ -14,13 +14,13 @@ use ursula_stream::{
     StreamMetadata, StreamRecordRange, StreamStatus,
 };
 
-use super::db::Tx;
 use super::integrity::{integrity_append, integrity_external};
 use super::payload::PayloadLog;
 use super::producers::{producer_item, seq_conflict};
 use super::records;
 use super::rows::{MessageRow, RecordCursor, StreamRow};
 use super::state::{compare_ids, expiry_at_ms, is_expired, renew_ttl, GroupState};
+use super::tx::Tx;
 use super::{not_found, stream_error, DiskGroupEngine};
 
 /// Streams removed by one TTL sweep at most (ursula's bound).

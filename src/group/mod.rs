@@ -12,7 +12,7 @@
 //!
 //! The engine keeps every small table in memory (loaded at open). Each command runs one
 //! pipeline: **plan** on a clone of that state (a persistent value: the clone shares every row),
-//! collecting the new state and its writes in a [`db::Tx`]; **persist** the writes as one commit
+//! collecting the new state and its writes in a [`tx::Tx`]; **persist** the writes as one commit
 //! record (one fdatasync); **apply** them to RocksDB and then take the planned state as the
 //! engine's own. Planning never changes the engine's state, so a failed or abandoned command
 //! leaves nothing to undo; a commit that fails after its record may have reached the log is
@@ -56,6 +56,7 @@ mod seam;
 mod snapshot;
 mod state;
 mod transaction;
+mod tx;
 mod usage;
 mod verify;
 
@@ -87,9 +88,10 @@ pub use read::MAX_READ_BYTES;
 pub use seam::DiskGroupEngineFactory;
 pub use verify::{GroupFinding, GroupVerifyReport};
 
-use db::{GroupDb, Tx};
+use db::GroupDb;
 use payload::PayloadLog;
 use state::GroupState;
+use tx::Tx;
 
 /// How a group engine is opened. Refused at open (`GroupError::Invalid` naming the option)
 /// when out of range.

@@ -7,9 +7,9 @@ use ursula_stream::{
     ProducerAppendRecord, ProducerRequest, StreamErrorCode, StreamErrorContext, StreamRecordRange,
 };
 
-use super::db::Tx;
 use super::rows::{ProducerRow, ReceiptRow};
 use super::state::GroupState;
+use super::tx::Tx;
 use super::{stream_error, DiskGroupEngine};
 
 /// What the producer header means for an append.

@@ -10,9 +10,9 @@ use ursula_stream::{
     StreamRecordRange,
 };
 
-use super::db::Tx;
 use super::rows::{RecordCursor, StreamRow};
 use super::state::GroupState;
+use super::tx::Tx;
 use super::{not_found, stream_error, DiskGroupEngine, GroupError};
 
 /// The retained record range of a stream with coordinates.

@@ -14,11 +14,11 @@ use ursula_stream::{
     StreamErrorCode, StreamMessageRecord, StreamRecordIndex, StreamSnapshot, StreamSnapshotEntry,
 };
 
-use super::db::Tx;
 use super::payload::PayloadLog;
 use super::read::integrity_snapshot;
 use super::rows::{MessageRow, ProducerRow, ReceiptRow, RecordCursor, StreamRow};
 use super::state::{compare_ids, GroupState};
+use super::tx::Tx;
 use super::{stream_error, DiskGroupEngine, GroupError};
 
 impl DiskGroupEngine {

@@ -13,8 +13,8 @@ use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::StreamErrorCode;
 
 use super::append::{AppendInput, AppendOutcome};
-use super::db::Tx;
 use super::payload::PayloadLog;
+use super::tx::Tx;
 use super::{not_found, stream_error, DiskGroupEngine};
 
 impl DiskGroupEngine {

@@ -5,8 +5,8 @@ use ursula_runtime::{ColdWriteAdmission, GroupEngineError};
 use ursula_shard::BucketStreamId;
 use ursula_stream::StreamErrorCode;
 
-use super::db::Tx;
 use super::state::GroupState;
+use super::tx::Tx;
 use super::{stream_error, DiskGroupEngine};
 
 /// One write unit of usage accounting.

@@ -16,9 +16,9 @@ use ursula_stream::{
     StreamErrorContext,
 };
 
-use crate::group::db::Tx;
 use crate::group::rows::StreamRow;
 use crate::group::state::{compare_ids, GroupState};
+use crate::group::tx::Tx;
 use crate::group::{not_found, stream_error, DiskGroupEngine};
 
 /// Whether a compaction input names manifest chunk `current`: the same range in the same object

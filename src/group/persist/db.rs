@@ -13,7 +13,6 @@ use ursula_shard::BucketStreamId;
 
 use super::mirror::{FamilyMirror, Mirrors};
 use crate::fs::{create_dir_durable, Fs};
-use crate::group::cold_tier::runtime_index::PageMarks;
 use crate::group::commit_record::{self, CommitRecord, Op};
 use crate::group::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
 use crate::group::persist::stream_row::{decode_stream_row, encode_stream_row};
@@ -107,92 +106,13 @@ pub(crate) struct GroupDb {
     dir: PathBuf,
 }
 
-/// One command's change: the group state it leaves and the [`Writes`] that persist it.
-/// Derefs to its writes, so a plan writes a row with `tx.put_…` beside changing `tx.state`.
-pub(crate) struct Tx {
-    /// The group state as the command leaves it: planned on a clone of the engine's state
-    /// (sharing every row it does not change), which the engine takes as its own only once the
-    /// commit record is durable and applied to RocksDB.
-    pub state: GroupState,
-    writes: Writes,
-    /// Runtime cold-index pages (first, last) per stream that the change makes stale
-    /// ([`crate::group::cold_tier::runtime_index`]), marked once the commit is applied.
-    cold_pages: PageMarks,
-}
-
-/// The rows one command writes: a [`CommitRecord`], made durable in the payload log and then
-/// applied by [`GroupDb::apply`].
+/// The rows one command writes (the persisting half of a [`crate::group::tx::Tx`]): a
+/// [`CommitRecord`], made durable in the payload log and then applied by [`GroupDb::apply`].
 #[derive(Default)]
 pub(crate) struct Writes {
     record: CommitRecord,
     error: Option<GroupError>,
     dirty_streams: Vec<BucketStreamId>,
-}
-
-impl std::ops::Deref for Tx {
-    type Target = Writes;
-
-    fn deref(&self) -> &Writes {
-        &self.writes
-    }
-}
-
-impl std::ops::DerefMut for Tx {
-    fn deref_mut(&mut self) -> &mut Writes {
-        &mut self.writes
-    }
-}
-
-impl Tx {
-    /// A transaction that starts from `state` (a clone: a few reference counts).
-    pub fn new(state: &GroupState) -> Self {
-        Self {
-            state: state.clone(),
-            writes: Writes::default(),
-            cold_pages: Vec::new(),
-        }
-    }
-
-    /// Notes that the runtime cold-index pages `chunks` of `id` appear on change with this
-    /// transaction.
-    pub fn touch_cold_pages<'a>(
-        &mut self,
-        id: &BucketStreamId,
-        chunks: impl IntoIterator<Item = &'a ursula_stream::ColdChunkRef>,
-    ) {
-        if let Some(pages) = crate::group::cold_tier::runtime_index::pages_of(chunks) {
-            self.cold_pages.push((id.clone(), pages));
-        }
-    }
-
-    /// Notes that the runtime cold-index pages of streams whose pages the acknowledged GC
-    /// `paths` deleted must be written again.
-    pub fn touch_collected_pages(&mut self, paths: &[String]) {
-        let pages = crate::group::cold_tier::runtime_index::collected_pages(&self.state, paths);
-        self.cold_pages.extend(pages);
-    }
-
-    /// The state and the cold-index pages the transaction leaves, once it is committed.
-    pub fn into_applied(self) -> (GroupState, PageMarks) {
-        (self.state, self.cold_pages)
-    }
-
-    /// Adds the command's last writes: the row of every marked stream as the planned state
-    /// holds it (its checkpoint payload too when that changed), and the counters.
-    pub fn seal(&mut self) {
-        for id in std::mem::take(&mut self.writes.dirty_streams) {
-            let Some(row) = self.state.streams.get(&id) else {
-                continue;
-            };
-            self.writes.put_stream(&id, row);
-            if row.snapshot_changed {
-                if let Some(mut row) = self.state.streams.get_mut(&id) {
-                    row.snapshot_changed = false;
-                }
-            }
-        }
-        self.writes.put_counters(&self.state);
-    }
 }
 
 impl GroupDb {
@@ -899,6 +819,11 @@ impl Writes {
         if !self.dirty_streams.contains(id) {
             self.dirty_streams.push(id.clone());
         }
+    }
+
+    /// Takes the streams marked so far.
+    pub fn take_dirty_streams(&mut self) -> Vec<BucketStreamId> {
+        std::mem::take(&mut self.dirty_streams)
     }
 
     /// Writes one message row of a stream whose payloads live in `partition` (and records that

@@ -4,7 +4,7 @@
 //!
 //! The state is a persistent value: its tables are `imbl` collections, so a clone costs a few
 //! reference counts and shares every row, and changing a clone copies only the path to what
-//! changed. A command plans on a clone (the state its [`crate::group::db::Tx`] leaves), never on
+//! changed. A command plans on a clone (the state its [`crate::group::tx::Tx`] leaves), never on
 //! the engine's state, which is replaced by that clone once the commit record is durable.
 
 pub mod integrity;
