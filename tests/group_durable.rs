@@ -100,6 +100,18 @@ async fn read(
         .map(|r| r.payload)
 }
 
+async fn head(
+    engine: &mut DiskGroupEngine,
+    id: &BucketStreamId,
+    now: u64,
+) -> Result<ursula_runtime::HeadStreamResponse, GroupEngineError> {
+    let request = HeadStreamRequest {
+        stream_id: id.clone(),
+        now_ms: now,
+    };
+    engine.head_stream(request, p()).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producers_are_idempotent_across_restarts() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -580,16 +592,7 @@ async fn external_payloads_are_served_from_their_objects_across_flushes_and_rest
         .await
         .expect("create external");
     assert_eq!(created.next_offset, 100);
-    let head = engine
-        .head_stream(
-            HeadStreamRequest {
-                stream_id: id.clone(),
-                now_ms: 2,
-            },
-            p(),
-        )
-        .await
-        .expect("head");
+    let head = head(&mut engine, &id, 2).await.expect("head");
     assert_eq!(
         head.cold_hot_start_offset, 100,
         "external bytes are not hot"
@@ -1287,16 +1290,7 @@ async fn a_format_3_database_with_json_stream_rows_opens_and_writes_binary_rows(
 /// group's commit index.
 async fn observed(engine: &mut DiskGroupEngine, id: &BucketStreamId) -> (Vec<u8>, String, u64) {
     let bytes = read(engine, id, 0, 2).await.expect("read");
-    let head = engine
-        .head_stream(
-            HeadStreamRequest {
-                stream_id: id.clone(),
-                now_ms: 2,
-            },
-            p(),
-        )
-        .await
-        .expect("head");
+    let head = head(engine, id, 2).await.expect("head");
     (bytes, format!("{head:?}"), engine.commit_index())
 }
 
