@@ -129,14 +129,10 @@ impl DiskGroupEngine {
             tx.put_record(id, next + i as u64, start);
             start = base + end;
         }
-        if let Some(cursor) = tx
-            .state
-            .streams
-            .get_mut(id)
-            .as_mut()
-            .and_then(|r| r.records.as_mut())
-        {
-            cursor.next = next + ends.len() as u64;
+        if let Some(mut row) = tx.state.streams.get_mut(id) {
+            if let Some(cursor) = row.records.as_mut() {
+                cursor.next = next + ends.len() as u64;
+            }
         }
     }
 

@@ -24,18 +24,26 @@ use crate::group::{not_found, stream_error, DiskGroupEngine};
 /// Whether a compaction input names manifest chunk `current`: the same range in the same object
 /// of the same size (what ursula's cold-index pages carry; they drop the payload digest).
 fn same_chunk(current: &ColdChunkRef, input: &ColdChunkRef) -> bool {
-    (
-        current.start_offset,
-        current.end_offset,
-        current.object_size,
-        &current.s3_path,
-    ) == (
-        input.start_offset,
-        input.end_offset,
-        input.object_size,
-        &input.s3_path,
-    ) && current.object_offset == input.object_offset
-        && current.shared_object == input.shared_object
+    fn fields(c: &ColdChunkRef) -> (u64, u64, u64, u64, bool, &str) {
+        let ColdChunkRef {
+            start_offset,
+            end_offset,
+            object_offset,
+            object_size,
+            shared_object,
+            ref s3_path,
+            payload_digest: _,
+        } = *c;
+        (
+            start_offset,
+            end_offset,
+            object_offset,
+            object_size,
+            shared_object,
+            s3_path,
+        )
+    }
+    fields(current) == fields(input)
 }
 
 fn stale(tail: u64, message: String) -> GroupEngineError {
@@ -48,14 +56,6 @@ fn stale(tail: u64, message: String) -> GroupEngineError {
 }
 
 impl DiskGroupEngine {
-    /// First hot offset as ursula reports it (the tail when nothing is hot).
-    fn reported_hot_start(&self, id: &BucketStreamId) -> u64 {
-        self.state
-            .streams
-            .get(id)
-            .map_or(0, GroupState::reported_hot_start)
-    }
-
     /// Hot bytes of `id` from `start` on (external segments are not hot).
     pub(crate) fn hot_bytes_from(&self, id: &BucketStreamId, row: &StreamRow, start: u64) -> u64 {
         let tail = row.metadata.tail_offset;
@@ -145,7 +145,7 @@ impl DiskGroupEngine {
         &self,
         request: PlanColdFlushRequest,
     ) -> Result<Option<ColdFlushCandidate>, GroupEngineError> {
-        let start = self.reported_hot_start(&request.stream_id);
+        let start = self.state.hot_start_of(&request.stream_id);
         self.candidate_from(
             &request.stream_id,
             start,
@@ -170,7 +170,7 @@ impl DiskGroupEngine {
             planned
                 .get(id)
                 .copied()
-                .unwrap_or_else(|| self.reported_hot_start(id))
+                .unwrap_or_else(|| self.state.hot_start_of(id))
         };
         let hot_from = |planned: &HashMap<BucketStreamId, u64>| -> u64 {
             ids.iter()
@@ -289,7 +289,7 @@ impl DiskGroupEngine {
                 ),
             ));
         }
-        if self.reported_hot_start(id) != chunk.start_offset {
+        if self.state.hot_start_of(id) != chunk.start_offset {
             return Err(stale(
                 tail,
                 format!("cold chunk for stream '{id}' must start at the hot prefix"),
@@ -336,11 +336,7 @@ impl DiskGroupEngine {
         tx.state.commit_index += 1;
         let response = FlushColdResponse {
             placement,
-            hot_start_offset: tx
-                .state
-                .streams
-                .get(id)
-                .map_or(0, GroupState::reported_hot_start),
+            hot_start_offset: tx.state.hot_start_of(id),
             group_commit_index: tx.state.commit_index,
         };
         self.commit(tx)?;

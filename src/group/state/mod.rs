@@ -64,6 +64,11 @@ impl GroupState {
         from.min(row.metadata.tail_offset)
     }
 
+    /// [`Self::reported_hot_start`] of stream `id` (0 for an unknown stream).
+    pub fn hot_start_of(&self, id: &BucketStreamId) -> u64 {
+        self.streams.get(id).map_or(0, Self::reported_hot_start)
+    }
+
     /// Recomputes the expiry lower bound from every stream.
     pub fn recompute_expiry_floor(&mut self) {
         self.expiry_floor = self
