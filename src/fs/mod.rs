@@ -36,7 +36,7 @@ pub use copy::{copy_file, copy_tree, CopyReport};
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use no_sync::NoSyncFs;
-pub use real::{RealFs, RealMap};
+pub use real::{prefetch, RealFs, RealMap};
 pub use sync_gate::{GateState, SyncGate};
 
 /// A shared file system handle.

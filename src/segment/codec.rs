@@ -125,7 +125,25 @@ fn i64_at(buf: &[u8], at: usize) -> i64 {
 /// Reads the fixed header at the start of `buf`: its length, magic, version and attribute bits
 /// are checked, the other fields are not (see [`decode_header`]). For a batch this process has
 /// already decoded and CRC-checked (the bytes cannot have changed since), this is enough.
+#[inline]
 pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
+    let frame = check_frame(buf)?;
+    Ok(header_fields(buf, frame))
+}
+
+/// The version and attribute byte of a header whose length, magic, version and attribute bits
+/// were checked by [`check_frame`].
+#[derive(Debug, Clone, Copy)]
+pub struct Frame {
+    version: u8,
+    attributes: u8,
+}
+
+/// Checks the fixed header's length, magic, version and attribute bits at the start of `buf`.
+/// Split from [`header_fields`] so a hot reader builds the header once, in place, after the
+/// checks (a `Result` around the whole header cost a stack round trip per batch).
+#[inline]
+pub fn check_frame(buf: &[u8]) -> Result<Frame, DecodeError> {
     if buf.len() < BATCH_HEADER_LEN_V1 {
         return Err(DecodeError::Truncated {
             needed: BATCH_HEADER_LEN_V1,
@@ -156,14 +174,26 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
     if attributes & !allowed != 0 {
         return Err(DecodeError::invalid("attributes", "reserved bits set"));
     }
-    let compression = attributes & ATTR_COMPRESSION_MASK;
-    if compression > 1 {
+    if attributes & ATTR_COMPRESSION_MASK > 1 {
         return Err(DecodeError::invalid("attributes", "unknown compression"));
     }
-    let header = BatchHeader {
+    Ok(Frame {
+        version,
+        attributes,
+    })
+}
+
+/// The header fields at the start of `buf`, whose frame [`check_frame`] accepted.
+#[inline]
+pub fn header_fields(buf: &[u8], frame: Frame) -> BatchHeader {
+    let Frame {
+        version,
+        attributes,
+    } = frame;
+    BatchHeader {
         batch_len: u32_at(buf, 0),
         crc: u32_at(buf, 4),
-        compression,
+        compression: attributes & ATTR_COMPRESSION_MASK,
         record_count: u32_at(buf, 12),
         base_offset: i64_at(buf, 16),
         last_offset_delta: u32_at(buf, 24),
@@ -177,13 +207,19 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
         } else {
             i64_at(buf, 48) as u64
         },
-    };
-    Ok(header)
+    }
 }
 
 /// Decodes and checks the fixed header at the start of `buf` (the CRC is not checked here).
 pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
     let header = parse_header(buf)?;
+    check_fields(&header)?;
+    Ok(header)
+}
+
+/// Checks the header fields [`parse_header`] leaves unchecked: lengths, counts and offsets in
+/// range and consistent with each other.
+pub fn check_fields(header: &BatchHeader) -> Result<(), DecodeError> {
     let header_len = header.header_len();
     let compression = header.compression;
     let len = header.batch_len as usize;
@@ -225,7 +261,7 @@ pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
             "smaller than first_timestamp",
         ));
     }
-    Ok(header)
+    Ok(())
 }
 
 fn batch_crc(batch: &[u8]) -> u32 {
@@ -476,6 +512,7 @@ fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, D
 /// Calls `f` with each record of the batch at the start of `buf`, which [`check_batch`] (or a
 /// check done once before) accepted as `header`, borrowing its keys and values (a compressed
 /// batch is decompressed into a buffer first).
+#[inline]
 pub fn visit_checked(
     buf: &[u8],
     header: &BatchHeader,

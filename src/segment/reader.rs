@@ -13,7 +13,8 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 
 use super::codec::{
-    check_crc, decode_checked_shared, decode_header, parse_header, visit_checked, BatchHeader,
+    check_crc, check_fields, check_frame, decode_checked_shared, header_fields, visit_checked,
+    BatchHeader,
 };
 use super::index::SegmentIndex;
 use super::pin::{Pin, PinCounter};
@@ -32,6 +33,19 @@ pub enum ReadStop {
     EndOfSegment,
 }
 
+/// How far ahead of the batch being parsed a walk prefetches: one 4 KiB page. Measured here
+/// for 100-byte records (one per batch): no prefetch 44-46 ns per record; one line 1-3 KiB
+/// ahead 37-40 ns, 4-16 KiB ahead 34-38 ns; three lines 4 KiB ahead 31-33 ns; every line once
+/// 34-38 ns (the bookkeeping costs more than the repeated hints).
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Cache lines prefetched per batch: enough to span a small batch (a 100-byte record's batch
+/// is 173 bytes); within larger batches the hardware prefetcher keeps up on its own.
+const PREFETCH_LINES: usize = 3;
+
+/// Bytes of one processor cache line (x86_64 and most arm64 cores).
+const CACHE_LINE: usize = 64;
+
 /// A segment's data as one byte string, with the prefix whose CRCs are known good.
 struct Data<'a> {
     file: &'a Path,
@@ -42,17 +56,16 @@ struct Data<'a> {
 impl Data<'_> {
     /// The batch at `pos`: framing checked against the data's end, CRC checked unless the batch
     /// lies in the verified prefix (which then grows over it).
+    #[inline(always)]
     fn batch_at(&self, pos: u64) -> StoreResult<BatchHeader> {
         let rest = &self.bytes[pos as usize..];
         let corrupt = |e| StoreError::corrupt(self.file, pos, e);
         // A batch in the verified prefix passed `decode_header` and its CRC check in this
         // process, and those bytes never change: its fields need no second validation.
-        let header = if pos < self.verified.load(Ordering::Acquire) {
-            parse_header(rest)
-        } else {
-            decode_header(rest)
+        let header = header_fields(rest, check_frame(rest).map_err(corrupt)?);
+        if pos >= self.verified.load(Ordering::Acquire) {
+            check_fields(&header).map_err(corrupt)?;
         }
-        .map_err(corrupt)?;
         let end = pos + header.len() as u64;
         if end > self.bytes.len() as u64 {
             let err = super::DecodeError::Truncated {
@@ -72,6 +85,23 @@ impl Data<'_> {
         Ok(header)
     }
 
+    /// Asks the processor to fetch the [`PREFETCH_LINES`] cache lines [`PREFETCH_AHEAD`] bytes
+    /// past `pos` (those within the data) into its caches.
+    ///
+    /// A walk is a chain of dependent loads (each batch's length gives the next batch's
+    /// position), so the processor cannot run ahead of it, and the hardware prefetcher stops at
+    /// each 4 KiB page: every page would start with a full memory (and page-table) miss. The
+    /// hints start those misses a page early, while the walk parses the batches before them.
+    #[inline]
+    fn prefetch_ahead(&self, pos: u64) {
+        let at = pos as usize + PREFETCH_AHEAD;
+        for line in 0..PREFETCH_LINES {
+            if let Some(byte) = self.bytes.get(at + line * CACHE_LINE) {
+                crate::fs::prefetch(byte);
+            }
+        }
+    }
+
     /// Walks batches from `start` while they may hold offsets below `until`, calling `f` with
     /// each batch holding offsets at or above `from`; `f` returns false to stop. Returns where
     /// the walk ended.
@@ -83,6 +113,7 @@ impl Data<'_> {
     ) -> StoreResult<ReadStop> {
         let mut pos = start;
         while pos < self.bytes.len() as u64 {
+            self.prefetch_ahead(pos);
             let header = self.batch_at(pos)?;
             if header.base_offset >= until {
                 return Ok(ReadStop::Bound);
