@@ -3,8 +3,11 @@
 //! An append writes its frames into the journal and waits until the journal is durable past
 //! them. The first waiter that finds no sync running leads one: it takes the journal's current
 //! end, fdatasyncs the journal file (every frame written so far, by any writer, rides along),
-//! publishes what became durable in every partition, and wakes the others; a waiter whose frames
-//! came after that end leads the next round. No thread is spawned and nothing is handed to
+//! publishes what became durable in every partition, and wakes the others. If appends wrote
+//! frames meanwhile, the same leader syncs again at once (up to [`CHAIN_LIMIT`] rounds, then it
+//! hands the next round to a waiter): a round starts the moment the one before it ends, not a
+//! wake and a trip through the scheduler later (64 writers of 100 B: 116k -> 148k appends/s
+//! here, p50 and p99 lower too). No thread is spawned and nothing is handed to
 //! another thread: the leader is an appending thread (an async appender leads through
 //! [`crate::blocking::blocking`], so the executor is not held).
 //!
@@ -60,6 +63,11 @@ struct CommitState {
 
 /// Threads each returning waiter (and the leader) wakes from the relay list.
 const RELAY_FANOUT: usize = 2;
+
+/// Most rounds one leader runs back to back (its own append returns after the last, so this
+/// bounds what leading adds to its latency). 2 measured 117-126k appends/s (64 writers of
+/// 100 B), 4 146-149k, 8 and 64 137-142k.
+const CHAIN_LIMIT: usize = 4;
 
 /// Longest a waiting thread stays parked before it looks at the durable position again.
 const PARK_LIMIT: Duration = Duration::from_millis(10);
@@ -160,9 +168,21 @@ impl GroupCommit {
         }
     }
 
-    /// Runs one round: syncs the journal to its current end, publishes what became durable,
-    /// then wakes the waiters it satisfied and one that leads the next round.
+    /// Leads rounds: one, then more while appends wait for a next one (at most
+    /// [`CHAIN_LIMIT`] in all), so a round starts the moment the one before it ends instead of
+    /// after a wake of another thread and that thread's trip through the scheduler.
     fn lead(&self, log: &LogInner) {
+        for round in 1..=CHAIN_LIMIT {
+            if !self.round(log, round < CHAIN_LIMIT) {
+                break;
+            }
+        }
+    }
+
+    /// Runs one round: syncs the journal to its current end, publishes what became durable,
+    /// then wakes the waiters it satisfied. Returns true if the caller is to lead the next
+    /// round (`may_chain` and someone waits for one); otherwise it wakes one waiter to lead it.
+    fn round(&self, log: &LogInner, may_chain: bool) -> bool {
         let started = std::time::Instant::now();
         let outcome = log.sync_journal();
         let bytes = outcome
@@ -175,19 +195,28 @@ impl GroupCommit {
             log.publish_journaled(*upto);
         }
         let mut state = self.lock();
-        state.syncing = false;
         match outcome {
             Ok(upto) => state.synced = state.synced.max(upto),
             Err((upto, e)) => state.failed = Some((upto, e.to_string())),
         }
         let synced = state.synced;
         self.synced.store(synced, Ordering::Release);
-        let woken = Self::take_woken(&mut state);
+        let chain = may_chain && state.failed.is_none();
+        let (woken, again) = Self::take_woken(&mut state, chain);
+        state.syncing = again;
         drop(state);
+        self.wake_all(woken, again);
+        log.request_preparation();
+        again
+    }
+
+    /// Wakes `woken`: the first directly (the next round's leader, unless the caller leads it
+    /// itself), the other threads through the relay.
+    fn wake_all(&self, woken: Vec<Wake>, chained: bool) {
         let mut threads = Vec::new();
         for (i, wake) in woken.into_iter().enumerate() {
             match wake {
-                Wake::Thread(t) if i > 0 => threads.push(t),
+                Wake::Thread(t) if i > 0 || chained => threads.push(t),
                 wake => wake.wake(),
             }
         }
@@ -195,7 +224,6 @@ impl GroupCommit {
             self.lock_relay().append(&mut threads);
             self.relay_wakes();
         }
-        log.request_preparation();
     }
 
     fn lock_relay(&self) -> MutexGuard<'_, Vec<Thread>> {
@@ -211,10 +239,12 @@ impl GroupCommit {
         next.into_iter().for_each(|t| t.unpark());
     }
 
-    /// Removes from the queue the waiters a round has decided (satisfied, or failed), and one
-    /// waiter to lead the next round: a thread if any waits (it is sure to be alive), else every
-    /// task (a task's future may be gone, so none can be relied on alone).
-    fn take_woken(state: &mut CommitState) -> Vec<Wake> {
+    /// Removes from the queue the waiters a round has decided (satisfied, or failed). If
+    /// others still wait: with `chain`, the round's leader leads the next round (returns true);
+    /// otherwise one waiter is taken too, first, to lead it: a thread if any waits (it is sure
+    /// to be alive), else every task (a task's future may be gone, so none can be relied on
+    /// alone).
+    fn take_woken(state: &mut CommitState, chain: bool) -> (Vec<Wake>, bool) {
         let decided = state
             .failed
             .as_ref()
@@ -222,7 +252,10 @@ impl GroupCommit {
         let (mut woken, mut pending): (Vec<_>, Vec<_>) = std::mem::take(&mut state.waiters)
             .into_iter()
             .partition(|(lsn, _)| *lsn <= decided);
-        if let Some(i) = pending
+        let again = chain && !pending.is_empty();
+        if again {
+            // The leader syncs again at once; everyone else waits for that round.
+        } else if let Some(i) = pending
             .iter()
             .position(|(_, w)| matches!(w, Wake::Thread(_)))
         {
@@ -233,7 +266,7 @@ impl GroupCommit {
             woken.append(&mut pending);
         }
         state.waiters = pending;
-        woken.into_iter().map(|(_, w)| w).collect()
+        (woken.into_iter().map(|(_, w)| w).collect(), again)
     }
 
     /// The position the journal is durable (and published) to.
