@@ -5,6 +5,10 @@
 //! scans can instead visit borrowed records without allocating. Each batch's CRC is verified the
 //! first time a read crosses it: a segment remembers the prefix of its data whose batches passed
 //! (the bytes there never change), so repeated reads pay for framing only.
+//!
+//! A walk over batches is a chain of dependent loads (each length gives the next position), so
+//! it prefetches a page ahead of itself, and it builds each header in place after checking its
+//! frame: small records read at memory speed, not at the speed of one miss per page.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
