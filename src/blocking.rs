@@ -15,3 +15,10 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
         _ => f(),
     }
 }
+
+/// True when [`blocking`] would run its work inline on an executor thread (a current-thread
+/// runtime), holding up that runtime's other tasks for as long as the work takes.
+pub fn runs_inline_on_executor() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
+}
