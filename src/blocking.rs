@@ -6,12 +6,12 @@
 //! and on a current-thread runtime (which has no second worker to hand tasks to; ursula's
 //! thread-per-core mode gives each core such a runtime on a thread of its own), it runs inline.
 
+use tokio::runtime::RuntimeFlavor;
+
 /// Runs `f`, which may block on I/O, without holding up other tasks of a multi-thread runtime.
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
+    match runtime_flavor() {
+        Some(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
     }
 }
@@ -19,6 +19,12 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
 /// True when [`blocking`] would run its work inline on an executor thread (a current-thread
 /// runtime), holding up that runtime's other tasks for as long as the work takes.
 pub fn runs_inline_on_executor() -> bool {
+    runtime_flavor() == Some(RuntimeFlavor::CurrentThread)
+}
+
+/// The flavor of the tokio runtime the caller runs on, if any.
+fn runtime_flavor() -> Option<RuntimeFlavor> {
     tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
+        .ok()
+        .map(|h| h.runtime_flavor())
 }
