@@ -54,19 +54,19 @@ pub fn write_records(
 
 /// The offset from which `[start, high)` holds the last `n` records of `partition` (or all of
 /// them, from `low`). Each step back covers as many offsets as records are missing, so the
-/// range never holds more than `n`.
+/// range never holds more than `n`; each step counts only the offsets it added.
 fn last_start(log: &Log, partition: u32, n: u64, (low, high): (i64, i64)) -> StoreResult<i64> {
     let back = |from: i64, by: u64| from.saturating_sub(i64::try_from(by).unwrap_or(i64::MAX));
-    let mut start = back(high, n).max(low);
+    let (mut start, mut counted_from, mut count) = (back(high, n).max(low), high, 0u64);
     loop {
-        let mut count = 0u64;
-        log.visit(partition, start, high, &mut |_: RecordRef<'_>| {
+        log.visit(partition, start, counted_from, &mut |_: RecordRef<'_>| {
             count += 1;
             Ok::<(), StoreError>(())
         })?;
         if count >= n || start <= low {
             return Ok(start);
         }
+        counted_from = start;
         start = back(start, n - count).max(low);
     }
 }
