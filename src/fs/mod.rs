@@ -20,6 +20,7 @@ mod copy;
 mod fault;
 mod image;
 mod no_sync;
+mod prefault;
 mod real;
 mod sync_gate;
 mod tree;
@@ -36,6 +37,7 @@ pub use copy::{copy_file, copy_tree, CopyReport};
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use no_sync::NoSyncFs;
+pub use prefault::prefault_later;
 pub use real::{prefetch, RealFs, RealMap};
 pub use sync_gate::{GateState, SyncGate};
 
@@ -59,6 +61,13 @@ pub trait WritableMap: Send + Sync + std::fmt::Debug {
     /// The mapping's `[0, len)` as read-only bytes. The caller guarantees that nothing in that
     /// range is written while the returned bytes (or any slice of them) live.
     fn view(&self, len: usize) -> Bytes;
+    /// Maps `[start, end)` writable ahead of the writes that will land there (page tables and
+    /// page-cache pages; the bytes do not change, so nothing about durability does). A hint: the
+    /// file must already cover the range; the default does nothing.
+    fn prefault(&self, start: usize, end: usize) -> io::Result<()> {
+        let _ = (start, end);
+        Ok(())
+    }
 
     /// True when the mapping is empty.
     fn is_empty(&self) -> bool {

@@ -221,6 +221,24 @@ impl WritableMap for RealMap {
         self.release_behind(offset, end)
     }
 
+    /// MADV_POPULATE_WRITE (Linux 5.14+): the write faults of `[start, end)` (page-aligned
+    /// outward, clamped to the mapping) taken now, in the calling thread. The kernel refuses
+    /// (EFAULT) rather than signal for pages past the end of the file.
+    fn prefault(&self, start: usize, end: usize) -> io::Result<()> {
+        let page = 4096;
+        let start = start / page * page;
+        let end = end.min(self.raw.len());
+        if start >= end {
+            return Ok(());
+        }
+        #[cfg(target_os = "linux")]
+        return self
+            .raw
+            .advise_range(memmap2::Advice::PopulateWrite, start, end - start);
+        #[cfg(not(target_os = "linux"))]
+        Ok(())
+    }
+
     fn view(&self, len: usize) -> Bytes {
         assert!(len <= self.raw.len(), "a view past the mapping");
         Bytes::from_owner(MapView {

@@ -47,6 +47,11 @@ pub fn index_file_name(base: i64) -> String {
 /// much more than its data.
 pub const ALLOCATION_CHUNK: u64 = 4 << 20;
 
+/// Bytes of a segment's mapping kept prefaulted ahead of its writer (see
+/// [`crate::fs::prefault_later`]): a range this long is requested whenever less than this much
+/// is left ahead, so the writer finds its pages mapped.
+pub const PREFAULT_CHUNK: u64 = 2 << 20;
+
 /// Where a writer stood before an append, to cut it back there if the append must be undone.
 #[derive(Debug, Clone)]
 pub struct WriterMark {
@@ -71,6 +76,8 @@ pub struct SegmentWriter {
     allocated: u64,
     /// Length the last completed sync made durable.
     synced: u64,
+    /// End of the range asked to be prefaulted so far.
+    prefaulted: u64,
     /// Every sync of this file passes through it.
     gate: SyncGate,
 }
@@ -163,6 +170,7 @@ impl SegmentWriter {
             len,
             allocated,
             synced: len,
+            prefaulted: len,
             gate: SyncGate::default(),
         })
     }
@@ -246,7 +254,32 @@ impl SegmentWriter {
         self.shared
             .update_index(|index| note_batch(index, position, header, interval));
         self.len += batch.len() as u64;
+        self.prefault_ahead();
         Ok(())
+    }
+
+    /// Asks for the next [`PREFAULT_CHUNK`] of the mapping to be prefaulted once less than a
+    /// chunk is left ahead of the data, allocating it first so the file covers it. A hint: if
+    /// the allocation fails, nothing is asked (the append that needs the space reports it).
+    fn prefault_ahead(&mut self) {
+        if self.prefaulted >= self.len + PREFAULT_CHUNK {
+            return;
+        }
+        let start = self.prefaulted.max(self.len);
+        let end = (start + PREFAULT_CHUNK).min(self.map.len() as u64);
+        if start >= end {
+            return;
+        }
+        if let Err(e) = self.allocate_to(end) {
+            tracing::debug!(path = %self.path.display(), error = %e, "no space allocated ahead to prefault");
+            return;
+        }
+        assert!(
+            end <= self.allocated,
+            "a prefaulted range lies inside the file"
+        );
+        crate::fs::prefault_later(self.map.clone(), start as usize, end as usize);
+        self.prefaulted = end;
     }
 
     /// Where the writer stands now.

@@ -1,0 +1,76 @@
+//! Prefaulting a writable mapping (`WritableMap::prefault`, the segment writer's background
+//! prefault): the pages it maps take no fault when written, and a range past the end of the
+//! file is refused with an error, never a signal, leaving the file as it was.
+
+use std::path::Path;
+
+use strata::fs::{FileSystem, OpenMode, RealFs};
+
+const PAGE: usize = 4096;
+
+/// Page faults this thread has taken so far, minor and major (`/proc/thread-self/stat` fields
+/// 10 and 12; a first touch of allocated, unwritten file blocks counts as major).
+fn page_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("thread stat");
+    let after_name = &stat[stat.rfind(')').expect("a command name") + 2..];
+    // Fields after the name start at field 3 (state).
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let field = |n: usize| -> u64 { fields[n - 3].parse().expect("a fault count") };
+    field(10) + field(12)
+}
+
+/// Writes one byte into each page of `pages` and returns the page faults that took.
+fn faults_writing(map: &dyn strata::fs::WritableMap, pages: std::ops::Range<usize>) -> u64 {
+    let before = page_faults();
+    for page in pages {
+        map.write(page * PAGE, &[1])
+            .expect("a write inside the mapping");
+    }
+    page_faults() - before
+}
+
+fn open_allocated(dir: &Path, len: u64) -> strata::fs::FileRef {
+    let file = RealFs
+        .open(&dir.join("mapped"), OpenMode::CreateNew)
+        .expect("a new file");
+    file.allocate(len).expect("allocated blocks");
+    file
+}
+
+#[test]
+fn prefaulted_pages_take_no_fault_when_written_and_others_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = open_allocated(dir.path(), 256 * PAGE as u64);
+    let map = file.map_writable(256 * PAGE as u64).expect("a mapping");
+    map.prefault(0, 128 * PAGE).expect("prefaulted");
+    let prefaulted = faults_writing(&*map, 0..128);
+    let cold = faults_writing(&*map, 128..256);
+    assert!(
+        prefaulted < 16,
+        "{prefaulted} faults in 128 prefaulted pages"
+    );
+    assert!(
+        cold >= 100,
+        "{cold} faults in 128 fresh pages: the count is not measuring faults"
+    );
+}
+
+#[test]
+fn a_prefault_past_the_end_of_the_file_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = open_allocated(dir.path(), 16 * PAGE as u64);
+    let map = file.map_writable(256 * PAGE as u64).expect("a mapping");
+    map.write(100, b"kept").expect("a write inside the file");
+    assert!(
+        map.prefault(0, 256 * PAGE).is_err(),
+        "pages past the end of the file"
+    );
+    assert_eq!(file.len().expect("a length"), 16 * PAGE as u64);
+    let mut bytes = vec![0u8; 16 * PAGE];
+    file.read_exact_at(&mut bytes, 0).expect("the file");
+    assert_eq!(&bytes[100..104], b"kept");
+    assert!(bytes[..100].iter().chain(&bytes[104..]).all(|b| *b == 0));
+    // The part inside the file was mapped before the refusal, and still accepts writes.
+    map.write(15 * PAGE, b"tail")
+        .expect("a write inside the file");
+}
