@@ -4,7 +4,8 @@
 //!
 //! **Write path.** An append is encoded in the caller's thread, then copied (under the lock of
 //! each partition it touches) into the active segments' writable mappings: no system call and no
-//! hand-off to another thread per append. With `Durability::Interval` it is readable and
+//! hand-off to another thread per append (the pages ahead of each writer are prefaulted on a
+//! background thread, [`crate::fs::prefault_later`], so the copy does not fault either). With `Durability::Interval` it is readable and
 //! acknowledged at once, and a background thread syncs the segments every interval. With
 //! `Durability::Sync` (the default) every batch is also copied into the log's one journal file
 //! (format/JOURNAL.md) and the append waits for the group commit: the first waiter leads a round

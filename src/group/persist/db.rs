@@ -238,7 +238,7 @@ impl GroupDb {
         let Mirrors { messages, external } = &mut *mirrors;
         for (cf, mirror) in [(CF_MESSAGES, messages), (CF_EXTERNAL, external)] {
             self.scan(cf, &[], &[], |k, v| {
-                mirror.load(k, v);
+                mirror.load(k, v)?;
                 Ok(true)
             })?;
         }
@@ -264,7 +264,7 @@ impl GroupDb {
             Ok(true)
         })
         .map_err(|e| e.to_string())?;
-        let in_memory: Vec<(&[u8], &[u8])> = mirror.iter().collect();
+        let in_memory: Vec<(Vec<u8>, &[u8])> = mirror.iter().collect();
         if in_memory.len() != on_disk.len() {
             return Err(format!(
                 "{} {cf} rows in memory, {} in RocksDB",
@@ -275,7 +275,7 @@ impl GroupDb {
         match in_memory
             .iter()
             .zip(&on_disk)
-            .find(|((mk, mv), (dk, dv))| *mk != dk.as_slice() || *mv != dv.as_slice())
+            .find(|((mk, mv), (dk, dv))| mk != dk || *mv != dv.as_slice())
         {
             Some(((key, _), _)) => Err(format!("{cf} row {key:02x?} differs from RocksDB")),
             None => Ok(()),
@@ -329,13 +329,12 @@ impl GroupDb {
         id: &BucketStreamId,
         offset: u64,
     ) -> Result<Option<(u64, MessageRow)>, GroupError> {
-        let prefix = stream_key(id);
-        let key = crate::group::keys::message_key(id, offset);
+        let stream = stream_key(id);
         let mirrors = self.lock_mirrors();
         mirrors
             .messages
-            .at_or_before(&prefix, &key)
-            .map(|(k, v)| Ok((message_start(k, prefix.len())?, MessageRow::decode(v)?)))
+            .at_or_before(&stream, offset)
+            .map(|(start, v)| Ok((start, MessageRow::decode(v)?)))
             .transpose()
     }
 
@@ -379,18 +378,14 @@ impl GroupDb {
         from: u64,
         mut f: impl FnMut(u64, MessageRow) -> bool,
     ) -> Result<(), GroupError> {
-        let prefix = stream_key(id);
-        let key = crate::group::keys::message_key(id, from);
+        let stream = stream_key(id);
         let mirrors = self.lock_mirrors();
-        let start_key = match mirrors.messages.at_or_before(&prefix, &key) {
-            Some((k, _)) => k.to_vec(),
-            None => key,
-        };
-        for (key, value) in mirrors.messages.from(&prefix, &start_key) {
-            let (start, row) = (
-                message_start(key, prefix.len())?,
-                MessageRow::decode(value)?,
-            );
+        let first = mirrors
+            .messages
+            .at_or_before(&stream, from)
+            .map_or(from, |(start, _)| start);
+        for (start, value) in mirrors.messages.from(&stream, first) {
+            let row = MessageRow::decode(value)?;
             if row.end_offset > from && !f(start, row) {
                 break;
             }
@@ -405,12 +400,10 @@ impl GroupDb {
         from: u64,
         to: u64,
     ) -> Result<Vec<(u64, MessageRow)>, GroupError> {
-        let prefix = stream_key(id);
-        let key = crate::group::keys::message_key(id, from);
+        let stream = stream_key(id);
         let mirrors = self.lock_mirrors();
         let mut out = Vec::new();
-        for (key, value) in mirrors.messages.from(&prefix, &key) {
-            let start = message_start(key, prefix.len())?;
+        for (start, value) in mirrors.messages.from(&stream, from) {
             if start >= to {
                 break;
             }
@@ -463,17 +456,16 @@ impl GroupDb {
         from: u64,
         to: u64,
     ) -> Result<Vec<ursula_stream::ObjectPayloadRef>, GroupError> {
-        let prefix = stream_key(id);
+        let stream = stream_key(id);
         let mut out: Vec<ursula_stream::ObjectPayloadRef> = Vec::new();
-        let key = crate::group::keys::message_key(id, from);
         let mirrors = self.lock_mirrors();
-        if let Some((_, v)) = mirrors.external.at_or_before(&prefix, &key) {
+        if let Some((_, v)) = mirrors.external.at_or_before(&stream, from) {
             let segment: ursula_stream::ObjectPayloadRef = decode_row("external", v)?;
             if segment.end_offset > from && segment.start_offset < from {
                 out.push(segment);
             }
         }
-        for (_, v) in mirrors.external.from(&prefix, &key) {
+        for (_, v) in mirrors.external.from(&stream, from) {
             let segment: ursula_stream::ObjectPayloadRef = decode_row("external", v)?;
             if segment.start_offset >= to {
                 break;
@@ -643,13 +635,6 @@ fn be_u64(bytes: &[u8], what: &str) -> Result<u64, GroupError> {
     <[u8; 8]>::try_from(bytes)
         .map(u64::from_be_bytes)
         .map_err(|_| GroupError::Corrupt(format!("{what} of {} bytes", bytes.len())))
-}
-
-fn message_start(key: &[u8], prefix_len: usize) -> Result<u64, GroupError> {
-    key.get(prefix_len..)
-        .and_then(|s| <[u8; 8]>::try_from(s).ok())
-        .map(u64::from_be_bytes)
-        .ok_or_else(|| GroupError::Corrupt("message key".into()))
 }
 
 impl Writes {
