@@ -345,7 +345,8 @@ impl GroupDb {
         from: u64,
         to: u64,
     ) -> Result<Vec<(u64, MessageRow)>, GroupError> {
-        let mut out = Vec::new();
+        // Room for a 64 KiB read of 1 KiB appends without growing.
+        let mut out = Vec::with_capacity(64);
         self.messages_from(id, from, |start, row| {
             let keep = start < to;
             if keep {
@@ -380,11 +381,7 @@ impl GroupDb {
     ) -> Result<(), GroupError> {
         let stream = stream_key(id);
         let mirrors = self.lock_mirrors();
-        let first = mirrors
-            .messages
-            .at_or_before(&stream, from)
-            .map_or(from, |(start, _)| start);
-        for (start, value) in mirrors.messages.from(&stream, first) {
+        for (start, value) in mirrors.messages.covering(&stream, from) {
             let row = MessageRow::decode(value)?;
             if row.end_offset > from && !f(start, row) {
                 break;

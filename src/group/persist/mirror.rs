@@ -182,6 +182,23 @@ impl FamilyMirror {
             .map(|(offset, row)| (*offset, row.as_slice()))
     }
 
+    /// The rows of `stream` from the one holding offset `from` on (the row with the greatest
+    /// offset at or below `from`, or the first after it), in offset order: one stream lookup.
+    pub fn covering<'a>(
+        &'a self,
+        stream: &[u8],
+        from: u64,
+    ) -> impl Iterator<Item = (u64, &'a [u8])> {
+        self.streams
+            .get(stream)
+            .into_iter()
+            .flat_map(move |rows| {
+                let first = rows.range(..=from).next_back().map_or(from, |(o, _)| *o);
+                rows.range(first..)
+            })
+            .map(|(offset, row)| (*offset, row.as_slice()))
+    }
+
     /// The row of `stream` with the greatest offset at or below `offset`.
     pub fn at_or_before(&self, stream: &[u8], offset: u64) -> Option<(u64, &[u8])> {
         let rows = self.streams.get(stream)?;
