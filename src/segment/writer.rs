@@ -47,10 +47,17 @@ pub fn index_file_name(base: i64) -> String {
 /// much more than its data.
 pub const ALLOCATION_CHUNK: u64 = 4 << 20;
 
-/// Bytes of a segment's mapping kept prefaulted ahead of its writer (see
-/// [`crate::fs::prefault_later`]): a range this long is requested whenever less than this much
-/// is left ahead, so the writer finds its pages mapped.
+/// Most bytes of a segment's mapping kept prefaulted ahead of its writer (see
+/// [`crate::fs::prefault_later`]): a range is requested whenever less than that is left ahead,
+/// so the writer finds its pages mapped.
 pub const PREFAULT_CHUNK: u64 = 2 << 20;
+
+/// Bytes a writer appends (since it was opened) before anything is prefaulted for it; then the
+/// distance ahead grows with what it wrote, up to [`PREFAULT_CHUNK`], so a writer that stops
+/// early leaves little prefaulted for nothing (64 writers appending 4k records of 100 B into a
+/// fresh log, each partition writing ~100 KB: 2 MiB prefaulted per partition from the first
+/// append made that 26% slower).
+pub const PREFAULT_AFTER: u64 = 256 << 10;
 
 /// Where a writer stood before an append, to cut it back there if the append must be undone.
 #[derive(Debug, Clone)]
@@ -78,6 +85,8 @@ pub struct SegmentWriter {
     synced: u64,
     /// End of the range asked to be prefaulted so far.
     prefaulted: u64,
+    /// Length of the data when this writer was opened.
+    opened_at: u64,
     /// Every sync of this file passes through it.
     gate: SyncGate,
 }
@@ -171,6 +180,7 @@ impl SegmentWriter {
             allocated,
             synced: len,
             prefaulted: len,
+            opened_at: len,
             gate: SyncGate::default(),
         })
     }
@@ -258,15 +268,19 @@ impl SegmentWriter {
         Ok(())
     }
 
-    /// Asks for the next [`PREFAULT_CHUNK`] of the mapping to be prefaulted once less than a
-    /// chunk is left ahead of the data, allocating it first so the file covers it. A hint: if
-    /// the allocation fails, nothing is asked (the append that needs the space reports it).
+    /// Asks for the next range of the mapping to be prefaulted once less than the distance
+    /// ahead is prefaulted (nothing before [`PREFAULT_AFTER`] bytes are written, then as much as
+    /// was written, at most [`PREFAULT_CHUNK`]), allocating it first so the file covers it. A
+    /// hint: if the allocation fails, nothing is asked (the append that needs the space reports
+    /// it).
     fn prefault_ahead(&mut self) {
-        if self.prefaulted >= self.len + PREFAULT_CHUNK {
+        let written = self.len - self.opened_at;
+        let ahead = written.min(PREFAULT_CHUNK);
+        if written < PREFAULT_AFTER || self.prefaulted >= self.len + ahead {
             return;
         }
         let start = self.prefaulted.max(self.len);
-        let end = (start + PREFAULT_CHUNK).min(self.map.len() as u64);
+        let end = (start + ahead).min(self.map.len() as u64);
         if start >= end {
             return;
         }
