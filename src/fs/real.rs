@@ -221,12 +221,10 @@ impl WritableMap for RealMap {
         self.release_behind(offset, end)
     }
 
-    /// MADV_POPULATE_WRITE (Linux 5.14+): the write faults of `[start, end)` (page-aligned
-    /// outward, clamped to the mapping) taken now, in the calling thread. The kernel refuses
-    /// (EFAULT) rather than signal for pages past the end of the file.
+    /// MADV_POPULATE_WRITE (Linux 5.14+): the write faults of the pages of `[start, end)`
+    /// (clamped to the mapping; memmap2 aligns the start to its page) taken now, in the calling
+    /// thread. The kernel refuses (EFAULT) rather than signal for pages past the end of the file.
     fn prefault(&self, start: usize, end: usize) -> io::Result<()> {
-        let page = 4096;
-        let start = start / page * page;
         let end = end.min(self.raw.len());
         if start >= end {
             return Ok(());

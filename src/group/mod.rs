@@ -12,8 +12,8 @@
 //!
 //! The engine keeps every small table in memory (loaded at open). Each command runs one
 //! pipeline: **plan** on a clone of that state (a persistent value: the clone shares every row),
-//! collecting the new state and its writes in a [`tx::Tx`]; **persist** the writes as one commit
-//! record (one fdatasync); **apply** them to RocksDB and then take the planned state as the
+//! collecting the new state and its writes in a `Tx` (`tx.rs`); **persist** the writes as one
+//! commit record (one fdatasync); **apply** them to RocksDB and then take the planned state as the
 //! engine's own. Planning never changes the engine's state, so a failed or abandoned command
 //! leaves nothing to undo; a commit that fails after its record may have reached the log is
 //! settled by the next command (the log decides whether it counts), never by reloading memory.

@@ -4,14 +4,14 @@
 //!
 //! **Write path.** An append is encoded in the caller's thread, then copied (under the lock of
 //! each partition it touches) into the active segments' writable mappings: no system call and no
-//! hand-off to another thread per append (the pages ahead of each writer are prefaulted on a
-//! background thread, [`crate::fs::prefault_later`], so the copy does not fault either). With `Durability::Interval` it is readable and
-//! acknowledged at once, and a background thread syncs the segments every interval. With
-//! `Durability::Sync` (the default) every batch is also copied into the log's one journal file
-//! (format/JOURNAL.md) and the append waits for the group commit: the first waiter leads a round
-//! that fdatasyncs the journal once for everyone written so far, whatever partitions they
-//! touched, then publishes what became durable. Segments are synced when sealed and at
-//! checkpoints, after which older journal files are deleted.
+//! hand-off to another thread per append (the pages ahead of a writer are prefaulted on a
+//! background thread, [`crate::fs::prefault_later`], so the copy does not fault either). With
+//! `Durability::Interval` it is readable and acknowledged at once, and a background thread syncs
+//! the segments every interval. With `Durability::Sync` (the default) every batch is also copied
+//! into the log's one journal file (format/JOURNAL.md) and the append waits for the group commit:
+//! the first waiter leads a round that fdatasyncs the journal once for everyone written so far,
+//! whatever partitions they touched, then publishes what became durable. Segments are synced
+//! when sealed and at checkpoints, after which older journal files are deleted.
 //!
 //! **Read path.** Records are zero-copy slices of the segments' mappings (sealed and active); a
 //! scan can visit borrowed records without allocating; each batch's CRC is checked the first

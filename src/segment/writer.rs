@@ -274,7 +274,7 @@ impl SegmentWriter {
     /// hint: if the allocation fails, nothing is asked (the append that needs the space reports
     /// it).
     fn prefault_ahead(&mut self) {
-        let written = self.len - self.opened_at;
+        let written = self.len.saturating_sub(self.opened_at);
         let ahead = written.min(PREFAULT_CHUNK);
         if written < PREFAULT_AFTER || self.prefaulted >= self.len + ahead {
             return;

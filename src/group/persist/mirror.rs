@@ -71,8 +71,9 @@ fn split_key(key: &[u8]) -> Option<(&[u8], u64)> {
 /// The least offset `o` with `stream ++ be(o) >= bound` in byte order, if any.
 fn first_at_or_after(stream: &[u8], bound: &[u8]) -> Option<u64> {
     let Some(rest) = bound.strip_prefix(stream) else {
-        // Every key of the stream sorts the same way against `bound` as the stream key does
-        // (it is no prefix of `bound`, and `bound` is no longer than it where they differ).
+        // `stream` is no prefix of `bound`: either they differ at a byte both have (every key
+        // of the stream sorts against `bound` as `stream` does) or `bound` is a proper prefix
+        // of `stream` (every key sorts after it, as `stream` does).
         return (stream > bound).then_some(0);
     };
     let mut head = [0u8; 8];
