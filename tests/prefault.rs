@@ -45,13 +45,15 @@ fn prefaulted_pages_take_no_fault_when_written_and_others_do() {
     map.prefault(0, 128 * PAGE).expect("prefaulted");
     let prefaulted = faults_writing(&*map, 0..128);
     let cold = faults_writing(&*map, 128..256);
+    // A kernel may map more than one page per fault; the fresh pages must still fault often
+    // enough for the count to tell the two apart.
     assert!(
-        prefaulted < 16,
-        "{prefaulted} faults in 128 prefaulted pages"
+        cold >= 32,
+        "{cold} faults in 128 fresh pages: the count is not measuring faults"
     );
     assert!(
-        cold >= 100,
-        "{cold} faults in 128 fresh pages: the count is not measuring faults"
+        prefaulted * 4 < cold,
+        "{prefaulted} faults in 128 prefaulted pages, {cold} in 128 fresh ones"
     );
 }
 
