@@ -49,7 +49,10 @@ pub const ALLOCATION_CHUNK: u64 = 4 << 20;
 
 /// Most bytes of a segment's mapping kept prefaulted ahead of its writer (see
 /// [`crate::fs::prefault_later`]): a range is requested whenever less than that is left ahead,
-/// so the writer finds its pages mapped.
+/// so the writer finds its pages mapped. The cost: a prefaulted page is dirty (still zeros) until
+/// written, so a segment sync that comes first writes it twice, once as zeros (at most this
+/// many bytes per sync, and what a seal leaves past the data), which a reader or recovery sees
+/// as the clean end it already was.
 pub const PREFAULT_CHUNK: u64 = 2 << 20;
 
 /// Bytes a writer appends (since it was opened) before anything is prefaulted for it; then the
