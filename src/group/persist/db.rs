@@ -456,14 +456,15 @@ impl GroupDb {
         let stream = stream_key(id);
         let mut out: Vec<ursula_stream::ObjectPayloadRef> = Vec::new();
         let mirrors = self.lock_mirrors();
-        if let Some((_, v)) = mirrors.external.at_or_before(&stream, from) {
+        for (start, v) in mirrors.external.covering(&stream, from) {
             let segment: ursula_stream::ObjectPayloadRef = decode_row("external", v)?;
-            if segment.end_offset > from && segment.start_offset < from {
-                out.push(segment);
+            if start < from {
+                // The segment starting before `from` counts if it reaches past it.
+                if segment.end_offset > from {
+                    out.push(segment);
+                }
+                continue;
             }
-        }
-        for (_, v) in mirrors.external.from(&stream, from) {
-            let segment: ursula_stream::ObjectPayloadRef = decode_row("external", v)?;
             if segment.start_offset >= to {
                 break;
             }
