@@ -338,16 +338,17 @@ impl GroupDb {
             .transpose()
     }
 
-    /// The message rows of `id` that hold bytes of `[from, to)`, in offset order.
+    /// The message rows of the stream with key `stream` that hold bytes of `[from, to)`, in
+    /// offset order.
     pub fn messages_covering(
         &self,
-        id: &BucketStreamId,
+        stream: &[u8],
         from: u64,
         to: u64,
     ) -> Result<Vec<(u64, MessageRow)>, GroupError> {
         // Room for a 64 KiB read of 1 KiB appends without growing.
         let mut out = Vec::with_capacity(64);
-        self.messages_from(id, from, |start, row| {
+        self.messages_from(stream, from, |start, row| {
             let keep = start < to;
             if keep {
                 out.push((start, row));
@@ -364,24 +365,24 @@ impl GroupDb {
         from: u64,
     ) -> Result<Option<(u64, MessageRow)>, GroupError> {
         let mut first = None;
-        self.messages_from(id, from, |start, row| {
+        self.messages_from(&stream_key(id), from, |start, row| {
             first = Some((start, row));
             false
         })?;
         Ok(first)
     }
 
-    /// Calls `f` with the message rows of `id` that end after `from`, in offset order, until it
-    /// returns false: the row at or before `from`, then forward (from memory).
+    /// Calls `f` with the message rows of the stream with key `stream` that end after `from`, in
+    /// offset order, until it returns false: the row at or before `from`, then forward (from
+    /// memory).
     fn messages_from(
         &self,
-        id: &BucketStreamId,
+        stream: &[u8],
         from: u64,
         mut f: impl FnMut(u64, MessageRow) -> bool,
     ) -> Result<(), GroupError> {
-        let stream = stream_key(id);
         let mirrors = self.lock_mirrors();
-        for (start, value) in mirrors.messages.covering(&stream, from) {
+        for (start, value) in mirrors.messages.covering(stream, from) {
             let row = MessageRow::decode(value)?;
             if row.end_offset > from && !f(start, row) {
                 break;

@@ -6,21 +6,90 @@
 //!
 //! Both families are keyed `stream_key ++ u64 start offset (big-endian)` (stream keys never
 //! prefix each other, `keys.rs`), so a mirror is an index per stream: stream key -> start offset
-//! -> row. A read finds its stream once and then walks offsets, without comparing or parsing a
-//! whole key per row (a 64 KiB hot read of 1 KiB appends walks 64 rows).
+//! -> row. A read finds its stream once, binary-searches its start and walks adjacent rows,
+//! without comparing or parsing a whole key per row (a 64 KiB hot read of 1 KiB appends walks 64
+//! rows).
 //!
-//! Memory: one entry per hot message (about 60 bytes; message rows are deleted once their bytes
-//! are cold or retained away, so this is bounded by the hot bytes over the message size), and
-//! one per external object reference.
+//! Memory: one entry per hot message (32 bytes, and up to as much again of a stream's vector
+//! spare; message rows are deleted once their bytes are cold or retained away, so this is
+//! bounded by the hot bytes over the message size), and one per external object reference.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
 use super::commit_record::Op;
 use crate::group::GroupError;
 
-/// The rows of one stream: start offset -> row.
-type StreamRows = BTreeMap<u64, RowValue>;
+/// The rows of one stream, sorted by start offset with no offset twice: a double-ended vector,
+/// because a stream's rows are written at its tail (appends) and deleted from its head (cold
+/// flush, retention) or all at once, which it does in O(1) per row, and a read walks adjacent
+/// memory. A row put or deleted in the middle costs a shift of the rows after it (or before it,
+/// whichever are fewer): correct, and no command does it.
+#[derive(Debug, Default)]
+struct StreamRows {
+    rows: VecDeque<(u64, RowValue)>,
+}
+
+impl StreamRows {
+    /// Index of the first row with an offset at or after `offset`.
+    fn first_at_or_after(&self, offset: u64) -> usize {
+        self.rows.partition_point(|(o, _)| *o < offset)
+    }
+
+    /// Puts `value` at `offset` (replacing a row there).
+    fn insert(&mut self, offset: u64, value: RowValue) {
+        if self.rows.back().is_none_or(|(last, _)| *last < offset) {
+            self.rows.push_back((offset, value));
+            return;
+        }
+        let at = self.first_at_or_after(offset);
+        match self.rows.get_mut(at) {
+            Some(row) if row.0 == offset => row.1 = value,
+            _ => self.rows.insert(at, (offset, value)),
+        }
+    }
+
+    /// Removes the rows with offsets in `[first, end)` (`None`: no end).
+    fn remove(&mut self, first: u64, end: Option<u64>) {
+        let from = self.first_at_or_after(first);
+        let to = end.map_or(self.rows.len(), |end| self.first_at_or_after(end));
+        if from < to {
+            self.rows.drain(from..to);
+        }
+    }
+
+    /// The rows from index `at` on.
+    fn starting_at(&self, at: usize) -> impl Iterator<Item = (u64, &[u8])> {
+        self.rows
+            .range(at..)
+            .map(|(offset, row)| (*offset, row.as_slice()))
+    }
+
+    /// Index of the row with the greatest offset at or below `offset`, if any. Tried first at
+    /// the index interpolated between the first and last rows' offsets (exact when appends are
+    /// of one size, as a stream's often are: a read then costs no binary search), then searched.
+    fn at_or_before(&self, offset: u64) -> Option<usize> {
+        let (&(first, _), &(last, _)) = (self.rows.front()?, self.rows.back()?);
+        if offset >= last {
+            return Some(self.rows.len() - 1);
+        }
+        let span = last
+            .checked_sub(first)
+            .filter(|span| *span > 0 && offset >= first)?;
+        let steps = (self.rows.len() - 1) as u128;
+        let guess = (u128::from(offset - first) * steps / u128::from(span)) as usize;
+        let fits = |at: usize| {
+            self.rows.get(at).is_some_and(|(o, _)| *o <= offset)
+                && self.rows.get(at + 1).is_some_and(|(o, _)| *o > offset)
+        };
+        if fits(guess) {
+            return Some(guess);
+        }
+        self.rows
+            .partition_point(|(o, _)| *o <= offset)
+            .checked_sub(1)
+    }
+}
 
 /// Longest row kept inside the index's nodes (a message row is 16 bytes).
 const INLINE: usize = 16;
@@ -99,11 +168,10 @@ impl FamilyMirror {
 
     fn put(&mut self, stream: &[u8], offset: u64, value: &[u8]) {
         match self.streams.get_mut(stream) {
-            Some(rows) => {
-                rows.insert(offset, RowValue::new(value));
-            }
+            Some(rows) => rows.insert(offset, RowValue::new(value)),
             None => {
-                let rows = BTreeMap::from([(offset, RowValue::new(value))]);
+                let mut rows = StreamRows::default();
+                rows.insert(offset, RowValue::new(value));
                 self.streams.insert(stream.to_vec(), rows);
             }
         }
@@ -161,15 +229,8 @@ impl FamilyMirror {
         let Some(rows) = self.streams.get_mut(stream) else {
             return;
         };
-        let doomed: Vec<u64> = match end {
-            Some(end) if end <= first => return,
-            Some(end) => rows.range(first..end).map(|(offset, _)| *offset).collect(),
-            None => rows.range(first..).map(|(offset, _)| *offset).collect(),
-        };
-        for offset in doomed {
-            rows.remove(&offset);
-        }
-        if rows.is_empty() {
+        rows.remove(first, end);
+        if rows.rows.is_empty() {
             self.streams.remove(stream);
         }
     }
@@ -179,8 +240,7 @@ impl FamilyMirror {
         self.streams
             .get(stream)
             .into_iter()
-            .flat_map(move |rows| rows.range(from..))
-            .map(|(offset, row)| (*offset, row.as_slice()))
+            .flat_map(move |rows| rows.starting_at(rows.first_at_or_after(from)))
     }
 
     /// The rows of `stream` from the one holding offset `from` on (the row with the greatest
@@ -190,31 +250,27 @@ impl FamilyMirror {
         stream: &[u8],
         from: u64,
     ) -> impl Iterator<Item = (u64, &'a [u8])> {
-        self.streams
-            .get(stream)
-            .into_iter()
-            .flat_map(move |rows| {
-                let first = rows.range(..=from).next_back().map_or(from, |(o, _)| *o);
-                rows.range(first..)
-            })
-            .map(|(offset, row)| (*offset, row.as_slice()))
+        self.streams.get(stream).into_iter().flat_map(move |rows| {
+            let at = rows
+                .at_or_before(from)
+                .unwrap_or_else(|| rows.first_at_or_after(from));
+            rows.starting_at(at)
+        })
     }
 
     /// The row of `stream` with the greatest offset at or below `offset`.
     pub fn at_or_before(&self, stream: &[u8], offset: u64) -> Option<(u64, &[u8])> {
         let rows = self.streams.get(stream)?;
-        rows.range(..=offset)
-            .next_back()
-            .map(|(offset, row)| (*offset, row.as_slice()))
+        rows.starting_at(rows.at_or_before(offset)?).next()
     }
 
     /// Every row with its whole key, in key order (RocksDB's).
     pub fn iter(&self) -> impl Iterator<Item = (Vec<u8>, &[u8])> {
         self.streams.iter().flat_map(|(stream, rows)| {
-            rows.iter().map(move |(offset, row)| {
+            rows.starting_at(0).map(move |(offset, row)| {
                 let mut key = stream.clone();
                 key.extend_from_slice(&offset.to_be_bytes());
-                (key, row.as_slice())
+                (key, row)
             })
         })
     }
@@ -328,6 +384,38 @@ mod tests {
                 mirror.iter().map(|(k, v)| (k, v.to_vec())).collect();
             let expected: Vec<(Vec<u8>, Vec<u8>)> = model.clone().into_iter().collect();
             assert_eq!(rows, expected, "after step {step}");
+        }
+    }
+
+    #[test]
+    fn at_or_before_matches_a_scan_for_even_and_uneven_offsets() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let layouts: Vec<Vec<u64>> = vec![
+            (0..500).map(|i| i * 1024).collect(),
+            (0..500).map(|i| 7 + i * 100).collect(),
+            (0..500).map(|i| i * i).collect(),
+            vec![3],
+            vec![5, 5_000_000],
+            {
+                let mut v: Vec<u64> = (0..300).map(|_| rng.below(1 << 40)).collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            },
+        ];
+        for offsets in layouts {
+            let mut rows = StreamRows::default();
+            for &o in &offsets {
+                rows.insert(o, RowValue::new(&o.to_be_bytes()));
+            }
+            let last = *offsets.last().unwrap_or(&0);
+            let mut probes: Vec<u64> = offsets.iter().flat_map(|&o| [o, o + 1]).collect();
+            probes.extend(offsets.iter().filter_map(|&o| o.checked_sub(1)));
+            probes.extend((0..500).map(|_| rng.below(last + 10)));
+            for probe in probes {
+                let expected = offsets.iter().rposition(|&o| o <= probe);
+                assert_eq!(rows.at_or_before(probe), expected, "probe {probe}");
+            }
         }
     }
 
