@@ -273,7 +273,8 @@ impl RocksStreams {
 }
 
 /// Runs `w` on both engines in fresh directories under `root`: appends, batched appends, hot
-/// reads, the flush, and cold reads. Returns the comparisons and the flush report.
+/// reads, the flush, and cold reads; then the disk's floor for batches ([`disk_floor`]) beside
+/// RocksDB's batch run. Returns the comparisons and the flush report.
 pub async fn compare_group(
     root: &Path,
     w: &GroupWorkload,
@@ -299,8 +300,9 @@ pub async fn compare_group(
         format!("group append_batch {} x {} B", w.batch, w.payload_size),
         (w.appends, (w.appends * w.payload_size) as u64),
         strata,
-        rocksdb,
+        rocksdb.clone(),
     ));
+    let batch_rocksdb = rocksdb;
 
     let (hot_bytes, strata) = fastest_strata_read(&mut engine, w).await?;
     let (rocks_bytes, rocksdb) = fastest((0..READ_PASSES).map(|_| rocks.read(w)))?;
@@ -329,7 +331,54 @@ pub async fn compare_group(
         strata,
         rocksdb,
     ));
+    // Last, so that its writes disturb no other row.
+    let floor = disk_floor(&root.join("disk-floor"), w)?;
+    out.push(row(
+        "ceiling: batch bytes + fdatasync, no engine".into(),
+        (w.appends, (w.appends * w.payload_size) as u64),
+        floor,
+        batch_rocksdb,
+    ));
     Ok((out, flush))
+}
+
+/// Bytes a command adds beyond its payloads in the disk floor (Strata's commit record and batch
+/// headers are about this size for a batch of one stream).
+const FLOOR_COMMAND_OVERHEAD: usize = 256;
+
+/// The disk's floor for `append_batch`: each batch's payload bytes (plus
+/// [`FLOOR_COMMAND_OVERHEAD`]) written at the end of what came before in one preallocated,
+/// written and synced file, then fdatasynced, batch after batch. No engine doing one durable
+/// write per command can beat it on this disk, so RocksDB's time over it is the highest ratio the
+/// `append_batch` row can reach.
+pub fn disk_floor(dir: &Path, w: &GroupWorkload) -> Result<AppendRun, String> {
+    use crate::fs::{FileSystem, OpenMode, RealFs};
+    let fs = RealFs;
+    let err = |e: std::io::Error| format!("disk floor in {}: {e}", dir.display());
+    fs.create_dir(dir).map_err(err)?;
+    let file = fs
+        .open(&dir.join("floor"), OpenMode::Truncate)
+        .map_err(err)?;
+    let command = w.batch.max(1) * w.payload_size + FLOOR_COMMAND_OVERHEAD;
+    let commands = w.appends.div_ceil(w.batch.max(1));
+    // Written and synced whole first, as Strata's journal is prepared ahead: overwriting
+    // written blocks makes fdatasync write no extent or size change.
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < (command * commands) as u64 {
+        file.write_at(&zeros, at).map_err(err)?;
+        at += zeros.len() as u64;
+    }
+    file.sync_all().map_err(err)?;
+    let bytes = vec![0x5au8; command];
+    let mut timer = Timer::start();
+    for i in 0..commands {
+        timer.time(|| -> Result<(), String> {
+            file.write_at(&bytes, (i * command) as u64).map_err(err)?;
+            file.sync_data().map_err(err)
+        })?;
+    }
+    Ok(timer.finish())
 }
 
 /// The fastest of [`READ_PASSES`] whole-stream reads of Strata (as the log's read rows do).
