@@ -403,11 +403,10 @@ impl DiskGroupEngine {
         tx.mark_stream(id);
     }
 
-    /// Writes the usage row of `bucket` into `tx`.
+    /// Marks the usage row of `bucket` for `tx` to write (as its planned state holds it when
+    /// the command is sealed).
     fn save_usage(&self, tx: &mut Tx, bucket: &str) {
-        if let Some(usage) = tx.state.usage.get(bucket).copied() {
-            tx.put_usage(bucket, &usage);
-        }
+        tx.mark_usage(bucket);
     }
 }
 

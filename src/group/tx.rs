@@ -71,8 +71,14 @@ impl Tx {
     }
 
     /// Adds the command's last writes: the row of every marked stream as the planned state
-    /// holds it (its checkpoint payload too when that changed), and the counters.
+    /// holds it (its checkpoint payload too when that changed), the usage of every marked
+    /// bucket, and the counters.
     pub fn seal(&mut self) {
+        for bucket in self.writes.take_dirty_usage() {
+            if let Some(usage) = self.state.usage.get(&bucket).copied() {
+                self.writes.put_usage(&bucket, &usage);
+            }
+        }
         for id in self.writes.take_dirty_streams() {
             let Some(row) = self.state.streams.get(&id) else {
                 continue;

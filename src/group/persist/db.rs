@@ -113,6 +113,7 @@ pub(crate) struct Writes {
     record: CommitRecord,
     error: Option<GroupError>,
     dirty_streams: Vec<BucketStreamId>,
+    dirty_usage: Vec<String>,
 }
 
 impl GroupDb {
@@ -795,7 +796,10 @@ impl Writes {
 
     /// True when the record holds no write and no stream is marked.
     pub fn is_empty(&self) -> bool {
-        self.record.is_empty() && self.dirty_streams.is_empty() && self.error.is_none()
+        self.record.is_empty()
+            && self.dirty_streams.is_empty()
+            && self.dirty_usage.is_empty()
+            && self.error.is_none()
     }
 
     /// Marks a stream whose row the commit must write (once, however often it changed).
@@ -808,6 +812,19 @@ impl Writes {
     /// Takes the streams marked so far.
     pub fn take_dirty_streams(&mut self) -> Vec<BucketStreamId> {
         std::mem::take(&mut self.dirty_streams)
+    }
+
+    /// Marks a bucket whose usage row the commit must write (once, however often it changed:
+    /// an `append_batch` of 32 changes it 32 times).
+    pub fn mark_usage(&mut self, bucket: &str) {
+        if !self.dirty_usage.iter().any(|b| b == bucket) {
+            self.dirty_usage.push(bucket.to_string());
+        }
+    }
+
+    /// Takes the buckets whose usage was marked so far.
+    pub fn take_dirty_usage(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.dirty_usage)
     }
 
     /// Writes one message row of a stream whose payloads live in `partition` (and records that
