@@ -237,10 +237,7 @@ impl FamilyMirror {
 
     /// The rows of `stream` from offset `from` on, in offset order.
     pub fn from<'a>(&'a self, stream: &[u8], from: u64) -> impl Iterator<Item = (u64, &'a [u8])> {
-        self.streams
-            .get(stream)
-            .into_iter()
-            .flat_map(move |rows| rows.starting_at(rows.first_at_or_after(from)))
+        self.rows_of(stream, move |rows| rows.first_at_or_after(from))
     }
 
     /// The rows of `stream` from the one holding offset `from` on (the row with the greatest
@@ -250,12 +247,24 @@ impl FamilyMirror {
         stream: &[u8],
         from: u64,
     ) -> impl Iterator<Item = (u64, &'a [u8])> {
-        self.streams.get(stream).into_iter().flat_map(move |rows| {
-            let at = rows
-                .at_or_before(from)
-                .unwrap_or_else(|| rows.first_at_or_after(from));
-            rows.starting_at(at)
+        self.rows_of(stream, move |rows| {
+            rows.at_or_before(from)
+                .unwrap_or_else(|| rows.first_at_or_after(from))
         })
+    }
+
+    /// The rows of `stream` from the index `start` picks on (none for an unknown stream): one
+    /// plain walk of the stream's vector, which a read takes per row.
+    fn rows_of<'a>(
+        &'a self,
+        stream: &[u8],
+        start: impl FnOnce(&StreamRows) -> usize,
+    ) -> impl Iterator<Item = (u64, &'a [u8])> {
+        static NONE: StreamRows = StreamRows {
+            rows: VecDeque::new(),
+        };
+        let rows = self.streams.get(stream).unwrap_or(&NONE);
+        rows.starting_at(start(rows))
     }
 
     /// The row of `stream` with the greatest offset at or below `offset`.
