@@ -6,11 +6,11 @@
 //!
 //! Both families are keyed `stream_key ++ u64 start offset (big-endian)` (stream keys never
 //! prefix each other, `keys.rs`), so a mirror is an index per stream: stream key -> start offset
-//! -> row. A read finds its stream once, binary-searches its start and walks adjacent rows,
-//! without comparing or parsing a whole key per row (a 64 KiB hot read of 1 KiB appends walks 64
-//! rows).
+//! -> row. A read finds its stream once, finds its first row (interpolated between the stream's
+//! first and last offsets, else a binary search) and walks adjacent rows, without comparing or
+//! parsing a whole key per row (a 64 KiB hot read of 1 KiB appends walks 64 rows).
 //!
-//! Memory: one entry per hot message (32 bytes, and up to as much again of a stream's vector
+//! Memory: one entry per hot message (about 32 bytes, and up to as much again of a stream's vector
 //! spare; message rows are deleted once their bytes are cold or retained away, so this is
 //! bounded by the hot bytes over the message size), and one per external object reference.
 
