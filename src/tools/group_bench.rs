@@ -422,3 +422,30 @@ fn row(name: String, (operations, bytes): (usize, u64), s: AppendRun, r: AppendR
         latency: Some((s.latency, r.latency)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_disk_floor_writes_each_command_after_the_last_into_a_prepared_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let floor = dir.path().join("floor-dir");
+        let w = GroupWorkload {
+            appends: 70,
+            payload_size: 100,
+            batch: 32,
+            read_page: 1024,
+        };
+        let run = disk_floor(&floor, &w).unwrap();
+        assert!(run.latency.p50 > Duration::ZERO);
+        let bytes = std::fs::read(floor.join("floor")).unwrap();
+        let command = 32 * 100 + FLOOR_COMMAND_OVERHEAD;
+        // Three commands (70 payloads in batches of 32), then the prepared zeros.
+        assert!(bytes.len() >= 3 * command);
+        assert!(bytes[..3 * command].iter().all(|b| *b == 0x5a));
+        assert!(bytes[3 * command..].iter().all(|b| *b == 0));
+        let again = disk_floor(&floor, &w).unwrap_err();
+        assert!(again.contains("disk floor in"), "{again}");
+    }
+}
