@@ -1239,6 +1239,8 @@ async fn a_format_3_database_with_json_stream_rows_opens_and_writes_binary_rows(
         .append(append(&id, b"hello", 2, None), p(), none())
         .await
         .unwrap();
+    // A shutdown flushes RocksDB; a drop alone leaves the rows to replay.
+    engine.shutdown().await.unwrap();
     drop(engine);
     store.close_blocking().unwrap();
     drop(store);
@@ -1270,6 +1272,7 @@ async fn a_format_3_database_with_json_stream_rows_opens_and_writes_binary_rows(
         .unwrap();
     let (_store, mut engine) = reopen(dir.path(), store, engine);
     assert_eq!(read(&mut engine, &id, 0, 5).await.unwrap(), b"hello again");
+    engine.shutdown().await.unwrap();
     drop(engine);
     drop(_store);
     let db = raw_db(dir.path());

@@ -141,6 +141,8 @@ async fn state_never_references_an_unsynced_payload_or_another_streams_record() 
     create(&mut engine, &b, CT).await;
     append(&mut engine, &a, b"tenant a's bytes".to_vec(), CT).await;
     append(&mut engine, &b, b"tenant b's bytes".to_vec(), CT).await;
+    // A shutdown flushes RocksDB (a drop alone leaves the rows to replay).
+    engine.shutdown().await.unwrap();
     drop(engine);
     store.close_blocking().unwrap();
     drop(store);
@@ -223,6 +225,7 @@ async fn a_checkpoint_is_written_once_not_with_every_append() {
     for _ in 0..20 {
         append(&mut engine, &id, vec![2; 10], CT).await;
     }
+    engine.shutdown().await.unwrap();
     drop(engine);
     store.close_blocking().unwrap();
     drop(store);
