@@ -67,6 +67,9 @@ pub struct GroupAcks {
     /// Streams with a command whose outcome is unknown (it failed): their existence may go
     /// either way.
     pub uncertain: std::collections::BTreeSet<usize>,
+    /// Streams with an append whose outcome is unknown (it failed, and may have taken
+    /// effect): their integrity digest is not known until they are deleted.
+    pub unknown_appends: std::collections::BTreeSet<usize>,
     pub tally: Tally,
 }
 
@@ -75,7 +78,8 @@ pub struct GroupAcks {
 enum Step {
     Create(usize),
     Append(usize, usize),
-    Batch(usize),
+    /// A batch of four payloads of about `len` bytes each to a stream.
+    Batch(usize, usize),
     Flush(usize),
     Compact(usize),
     Checkpoint(usize),
@@ -92,7 +96,7 @@ fn script() -> Vec<Step> {
         steps.push(Append(i % 2, 200 + 150 * i));
     }
     steps.extend([
-        Batch(0),
+        Batch(0, 150),
         Flush(0),
         Append(0, 700),
         Flush(0),
@@ -107,7 +111,15 @@ fn script() -> Vec<Step> {
         Gc,
         Sweep,
     ]);
-    steps.extend([Batch(2), Flush(2), Create(1), Append(1, 400), Close(2), Gc]);
+    // A batch of four payloads in another stream, its integrity digest checked after every cut.
+    steps.extend([
+        Batch(2, 2300),
+        Flush(2),
+        Create(1),
+        Append(1, 400),
+        Close(2),
+        Gc,
+    ]);
     steps
 }
 
@@ -122,27 +134,33 @@ impl Runner<'_> {
         let mut r = AppendRequest::from_bytes(stream(s), payload.clone());
         r.content_type = CT.into();
         r.now_ms = self.now;
-        let response = self
+        let appended = self
             .engine
-            .append(r, placement(), ColdWriteAdmission::default())
-            .await
-            .map_err(|e| format!("append: {e}"))?;
+            .append(r, placement(), ColdWriteAdmission::default());
+        let response = appended.await.map_err(|e| {
+            // It may have taken effect (its commit record can survive the cut).
+            self.acks.unknown_appends.insert(s);
+            format!("append: {e}")
+        })?;
         self.acks
             .appended
             .insert((s, response.start_offset), payload);
         Ok(())
     }
 
-    async fn batch(&mut self, s: usize, step: usize) -> Result<(), String> {
-        let payloads: Vec<Bytes> = (0..4).map(|k| bytes_of(step + k, 120 + 40 * k)).collect();
+    async fn batch(&mut self, s: usize, step: usize, len: usize) -> Result<(), String> {
+        let payloads: Vec<Bytes> = (0..4).map(|k| bytes_of(step + k, len + 40 * k)).collect();
         let mut r = AppendBatchRequest::new(stream(s), payloads.clone());
         r.content_type = CT.into();
         r.now_ms = self.now;
-        let response = self
+        let appended = self
             .engine
-            .append_batch(r, placement(), ColdWriteAdmission::default())
-            .await
-            .map_err(|e| format!("batch: {e}"))?;
+            .append_batch(r, placement(), ColdWriteAdmission::default());
+        let response = appended.await.map_err(|e| {
+            // It may have taken effect (its commit record can survive the cut).
+            self.acks.unknown_appends.insert(s);
+            format!("batch: {e}")
+        })?;
         for (item, payload) in response.items.iter().zip(payloads) {
             let appended = item.as_ref().map_err(|e| format!("batch item: {e}"))?;
             self.acks
@@ -202,7 +220,7 @@ impl Runner<'_> {
                 Ok(())
             }
             Step::Append(s, len) => self.append(s, bytes_of(step, len)).await,
-            Step::Batch(s) => self.batch(s, step).await,
+            Step::Batch(s, len) => self.batch(s, step, len).await,
             Step::Flush(s) => {
                 let id = stream(s);
                 let flushed = self.engine.flush_stream_cold(&id, 2000, p).await;
@@ -232,6 +250,7 @@ impl Runner<'_> {
                 self.acks.uncertain.remove(&s);
                 self.acks.appended.retain(|(x, _), _| *x != s);
                 self.acks.retained.remove(&s);
+                self.acks.unknown_appends.remove(&s);
                 Ok(())
             }
             Step::Close(s) => {
@@ -358,6 +377,17 @@ async fn check_streams(engine: &mut DiskGroupEngine, acks: &GroupAcks) {
             continue;
         }
         match (&found, live) {
+            (Ok(head), true) if !acks.unknown_appends.contains(&s) => {
+                let (setsum, records) = expected_integrity(s, acks);
+                assert_eq!(
+                    (
+                        &head.integrity.total_setsum[..],
+                        head.integrity.total_records
+                    ),
+                    (&setsum.hexdigest()[..], records),
+                    "stream s{s}: the integrity digest of its acknowledged appends"
+                );
+            }
             (Ok(_), true) => {}
             (Err(e), false) if e.code() == Some(StreamErrorCode::StreamNotFound) => {}
             _ => panic!("stream s{s}: acknowledged live={live}, found {found:?}"),
@@ -382,6 +412,33 @@ async fn check_streams(engine: &mut DiskGroupEngine, acks: &GroupAcks) {
             "stream s{s}: acknowledged bytes at {start} lost ({got:?})"
         );
     }
+}
+
+/// ursula's integrity setsum over the acknowledged appends of stream `s`, and their count,
+/// computed here from the bytes (one record digest per append, as ursula defines it).
+fn expected_integrity(s: usize, acks: &GroupAcks) -> (setsum::Setsum, u64) {
+    let id = stream(s);
+    let mut sum = setsum::Setsum::default();
+    let mut records = 0;
+    for (&(x, start), bytes) in &acks.appended {
+        if x != s {
+            continue;
+        }
+        let end = start + bytes.len() as u64;
+        sum.insert_vectored(&[
+            b"ursula-stream-record-v1",
+            id.bucket_id.as_bytes(),
+            b"\0",
+            id.stream_id.as_bytes(),
+            b"\0",
+            &start.to_le_bytes(),
+            &end.to_le_bytes(),
+            b"inline",
+            bytes,
+        ]);
+        records += 1;
+    }
+    (sum, records)
 }
 
 /// A group as format version 3 left it (JSON stream rows), opened by this build (the upgrade to
