@@ -1,6 +1,8 @@
 //! Prefaulting a writable mapping (`WritableMap::prefault`, the segment writer's background
 //! prefault): the pages it maps take no fault when written, and a range past the end of the
-//! file is refused with an error, never a signal, leaving the file as it was.
+//! file is refused with an error, never a signal, leaving the file as it was. Unmapping before
+//! a sync (`WritableMap::unmap_from`) drops the page-table entries, so written pages fault
+//! again, and changes no byte of the file or of a view.
 
 use std::path::Path;
 
@@ -75,4 +77,31 @@ fn a_prefault_past_the_end_of_the_file_is_refused_and_changes_nothing() {
     // The part inside the file was mapped before the refusal, and still accepts writes.
     map.write(15 * PAGE, b"tail")
         .expect("a write inside the file");
+}
+
+#[test]
+fn unmapped_pages_fault_again_and_keep_their_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = open_allocated(dir.path(), 256 * PAGE as u64);
+    let map = file.map_writable(256 * PAGE as u64).expect("a mapping");
+    map.prefault(0, 256 * PAGE).expect("prefaulted");
+    let mapped = faults_writing(&*map, 0..128);
+    let view = map.view(128 * PAGE);
+    map.unmap_from(64 * PAGE + 100).expect("unmapped");
+    let unmapped = faults_writing(&*map, 128..256);
+    assert!(
+        unmapped >= 32 && mapped * 4 < unmapped,
+        "{mapped} faults in 128 mapped pages, {unmapped} in 128 unmapped ones"
+    );
+    file.sync_data().expect("synced");
+    let mut bytes = vec![0u8; 256 * PAGE];
+    file.read_exact_at(&mut bytes, 0).expect("the file");
+    for page in 0..256 {
+        assert_eq!(bytes[page * PAGE], 1, "page {page} in the file");
+    }
+    for page in 0..128 {
+        assert_eq!(view[page * PAGE], 1, "page {page} in the view");
+    }
+    // Past the mapping: nothing to unmap, no error.
+    map.unmap_from(256 * PAGE).expect("an empty range");
 }

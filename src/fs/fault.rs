@@ -619,4 +619,9 @@ impl WritableMap for FaultMap {
     fn prefault(&self, start: usize, end: usize) -> io::Result<()> {
         self.map.prefault(start, end)
     }
+
+    /// Passed through, like a prefault: no byte changes.
+    fn unmap_from(&self, from: usize) -> io::Result<()> {
+        self.map.unmap_from(from)
+    }
 }

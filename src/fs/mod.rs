@@ -69,6 +69,16 @@ pub trait WritableMap: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Drops this process's page-table entries for the pages from the one holding `from` to the
+    /// end of the mapping (the bytes do not change, dirty or not; a later access faults a page
+    /// back in), so that a sync that follows finds no writable entry to write-protect page by
+    /// page (each a cross-CPU TLB shootdown). A hint: nothing about durability changes; the
+    /// default does nothing.
+    fn unmap_from(&self, from: usize) -> io::Result<()> {
+        let _ = from;
+        Ok(())
+    }
+
     /// True when the mapping is empty.
     fn is_empty(&self) -> bool {
         self.len() == 0

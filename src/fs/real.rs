@@ -178,13 +178,14 @@ impl RealMap {
         self.release(offset / RELEASE_CHUNK * RELEASE_CHUNK, boundary)
     }
 
-    /// Drops this process's page-table entries for `[start, end)` (chunk-aligned, so
-    /// page-aligned; the bytes stay, dirty or not, and a later access faults the page back in).
+    /// Drops this process's page-table entries for the pages of `[start, end)` (memmap2 widens
+    /// the range to its first page; the bytes stay, dirty or not, and a later access faults the
+    /// page back in).
     fn release(&self, start: usize, end: usize) -> io::Result<()> {
-        assert!(start.is_multiple_of(RELEASE_CHUNK) && start < end && end <= self.raw.len());
-        // SAFETY: `[start, end)` lies inside the live mapping (`start < end <= len`, `start`
-        // page-aligned: the callers' writes are checked against the length), which is shared and file-backed: MADV_DONTNEED only removes the pages
-        // from this process's page tables (dirty bits move to the page cache), so the file's
+        assert!(start < end && end <= self.raw.len());
+        // SAFETY: `[start, end)` lies inside the live mapping (`start < end <= len`; memmap2
+        // aligns the start down to its page, still inside the mapping), which is shared and
+        // file-backed: MADV_DONTNEED only removes the pages from this process's page tables (dirty bits move to the page cache), so the file's
         // bytes, and every view of them, read the same afterwards, and a concurrent write into
         // the range lands in the same page-cache page (through a fresh fault if need be).
         unsafe {
@@ -235,6 +236,13 @@ impl WritableMap for RealMap {
             .advise_range(memmap2::Advice::PopulateWrite, start, end - start);
         #[cfg(not(target_os = "linux"))]
         Ok(())
+    }
+
+    fn unmap_from(&self, from: usize) -> io::Result<()> {
+        match from < self.raw.len() {
+            true => self.release(from, self.raw.len()),
+            false => Ok(()),
+        }
     }
 
     fn view(&self, len: usize) -> Bytes {

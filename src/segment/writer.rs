@@ -341,6 +341,7 @@ impl SegmentWriter {
     /// Makes every appended byte durable (fdatasync writes back the mapping's dirty pages). If
     /// an earlier sync failed, the unsynced bytes are written again first.
     pub fn sync(&mut self) -> StoreResult<()> {
+        self.unmap_unsynced();
         let mut gate = self.gate.lock();
         let len = self.len;
         let rewrite = match gate.failure().is_some() {
@@ -362,7 +363,8 @@ impl SegmentWriter {
 
     /// A sync of what is written now, to run without the partition's lock; with `index`, it
     /// also records the segment's index at this length as its durable floor.
-    pub fn detach_sync(&self, index: Option<Fs>) -> DetachedSync {
+    pub fn detach_sync(&mut self, index: Option<Fs>) -> DetachedSync {
+        self.unmap_unsynced();
         DetachedSync {
             gate: self.gate.clone(),
             file: self.file.clone(),
@@ -371,6 +373,17 @@ impl SegmentWriter {
             len: self.len,
             index: index.map(|fs| (fs, self.shared.index())),
         }
+    }
+
+    /// Before a sync: drops the writable page-table entries of the pages written since the last
+    /// sync and of those prefaulted ahead ([`crate::fs::WritableMap::unmap_from`]), one range
+    /// instead of the sync write-protecting them page by page; the next append asks for its
+    /// range ahead to be prefaulted again. A hint: a failure costs only that speed.
+    fn unmap_unsynced(&mut self) {
+        if let Err(e) = self.map.unmap_from(self.synced as usize) {
+            tracing::debug!(path = %self.path.display(), error = %e, "unmapping before a sync failed (a hint only)");
+        }
+        self.prefaulted = self.len;
     }
 
     /// Records that a sync of this file begun at length `len` completed.
