@@ -1064,3 +1064,61 @@ fn small_segments_keeping_4_kib() -> LogOptions {
                 .with_max_age(None),
         )
 }
+
+/// A segment is created at its full capacity (sparse); one an earlier writer grew chunk by
+/// chunk is shorter. Reopened, its writer extends it and appends past the old end, and every
+/// record reads back, before and after another reopen.
+#[test]
+fn a_segment_shorter_than_its_capacity_is_extended_and_appended_past_its_old_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions::default()
+        .with_durability(Durability::Interval(Duration::from_secs(60)))
+        .with_segment_bytes(1 << 20);
+    let value = |i: u8| Bytes::from(vec![i; 1000]);
+    let path = dir.path().join("logs/grown/0/00000000000000000000.seg");
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let log = store.open_log("grown", 1, options.clone()).unwrap();
+        for i in 0..10u8 {
+            log.append_blocking(0, vec![NewRecord::value(1, value(i))])
+                .unwrap();
+        }
+        drop(log);
+        store.close_blocking().unwrap();
+    }
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        1 << 20,
+        "created at its capacity"
+    );
+    // As an earlier writer left it: the data and a zero tail to the next 4 KiB.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(16 << 10)
+        .unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let log = store.open_log("grown", 1, options.clone()).unwrap();
+        for i in 10..100u8 {
+            log.append_blocking(0, vec![NewRecord::value(1, value(i))])
+                .unwrap();
+        }
+        assert_eq!(read_all(&log, 0).len(), 100);
+        drop(log);
+        store.close_blocking().unwrap();
+    }
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        1 << 20,
+        "extended to its capacity"
+    );
+    let store = Store::open(dir.path()).unwrap();
+    let log = store.open_log("grown", 1, options).unwrap();
+    let records = read_all(&log, 0);
+    assert_eq!(records.len(), 100);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.value.as_deref(), Some(&value(i as u8)[..]), "record {i}");
+    }
+}

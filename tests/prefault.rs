@@ -35,7 +35,8 @@ fn open_allocated(dir: &Path, len: u64) -> strata::fs::FileRef {
     let file = RealFs
         .open(&dir.join("mapped"), OpenMode::CreateNew)
         .expect("a new file");
-    file.allocate(len).expect("allocated blocks");
+    file.set_len(len).expect("a length");
+    file.reserve(len).expect("reserved blocks");
     file
 }
 

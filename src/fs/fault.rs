@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::image::{write_image, CrashMode, ImageReport};
-use super::real::{allocate_real, kind_real, map_real, open_real, RealMap};
+use super::real::{kind_real, map_real, open_real, reserve_real, RealMap};
 use super::tree::{DirNode, Ino, Node, Tree};
 use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, WritableMap};
 
@@ -221,7 +221,8 @@ impl FaultFs {
         state.grown = 0;
     }
 
-    /// Bytes files grew by since the plan was last set (what a disk-full plan counts).
+    /// Disk space files took since the plan was last set: bytes written past a file's end and
+    /// blocks reserved (what a disk-full plan counts; a sparse extension takes none).
     pub fn grown(&self) -> u64 {
         self.lock().grown
     }
@@ -496,20 +497,27 @@ impl FaultFile {
         }
     }
 
-    /// Applies the plan to a change of `[start, end)` that may grow the file to `new_len`,
+    /// Applies the plan to a change of `[start, end)` that takes the disk space `space` says,
     /// saving the durable bytes it overwrites first.
     fn change(
         &self,
         kind: OpKind,
         start: u64,
         end: u64,
-        new_len: u64,
+        space: Space,
     ) -> io::Result<MutexGuard<'_, State>> {
         let mut state = self.lock();
         let what = self.what(&state);
         state.admit(kind, &what)?;
-        let len = self.file.metadata()?.len();
-        state.grow(new_len.saturating_sub(len))?;
+        let meta = self.file.metadata()?;
+        let growth = match space {
+            Space::Extends(new_len) => new_len.saturating_sub(meta.len()),
+            Space::Reserves(len) => {
+                len.saturating_sub(std::os::unix::fs::MetadataExt::blocks(&meta) * 512)
+            }
+            Space::None => 0,
+        };
+        state.grow(growth)?;
         if let Some(node) = state.tree.file_mut(self.ino) {
             node.preserve(&self.file, start, end)?;
         }
@@ -529,6 +537,17 @@ impl FaultFile {
     }
 }
 
+/// The disk space a change takes (what a disk-full plan charges).
+#[derive(Debug, Clone, Copy)]
+enum Space {
+    /// Written bytes: what they add past the file's length.
+    Extends(u64),
+    /// Blocks reserved for `[0, len)`: what is not allocated yet.
+    Reserves(u64),
+    /// Nothing (a sparse extension, a cut).
+    None,
+}
+
 impl FileHandle for FaultFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.lock().check_alive()?;
@@ -537,7 +556,7 @@ impl FileHandle for FaultFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let end = offset + buf.len() as u64;
-        let _state = self.change(OpKind::Write, offset, end, end)?;
+        let _state = self.change(OpKind::Write, offset, end, Space::Extends(end))?;
         std::os::unix::fs::FileExt::write_all_at(&*self.file, buf, offset)
     }
 
@@ -547,13 +566,15 @@ impl FileHandle for FaultFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        let _state = self.change(OpKind::Resize, len, u64::MAX, len)?;
+        let _state = self.change(OpKind::Resize, len, u64::MAX, Space::None)?;
         self.file.set_len(len)
     }
 
-    fn allocate(&self, len: u64) -> io::Result<()> {
-        let _state = self.change(OpKind::Resize, u64::MAX, u64::MAX, len)?;
-        allocate_real(&self.file, len)
+    /// Counted as a resize; changes no byte and no length, so a power cut keeps nothing of it
+    /// to model.
+    fn reserve(&self, len: u64) -> io::Result<()> {
+        let _state = self.change(OpKind::Resize, u64::MAX, u64::MAX, Space::Reserves(len))?;
+        reserve_real(&self.file, len)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -606,7 +627,9 @@ impl WritableMap for FaultMap {
 
     fn write(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
         let (start, end) = (offset as u64, (offset + bytes.len()) as u64);
-        let _state = self.handle.change(OpKind::Write, start, end, end)?;
+        let _state = self
+            .handle
+            .change(OpKind::Write, start, end, Space::Extends(end))?;
         self.map.write(offset, bytes)
     }
 

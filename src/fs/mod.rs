@@ -159,11 +159,13 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Current length of the file.
     fn len(&self) -> io::Result<u64>;
-    /// Cuts or extends (with zeros) the file to `len` bytes.
+    /// Cuts or extends (with zeros, sparse: no disk block is taken) the file to `len` bytes.
     fn set_len(&self, len: u64) -> io::Result<()>;
-    /// Reserves disk blocks for `[0, len)`, extending the file with zeros to at least `len`
-    /// (fallocate), so later writes there cannot fail for lack of space.
-    fn allocate(&self, len: u64) -> io::Result<()>;
+    /// Reserves disk blocks for `[0, len)` without changing the file's length (fallocate with
+    /// `FALLOC_FL_KEEP_SIZE`), so later writes inside the file there, through a mapping too,
+    /// cannot fail for lack of space; a full disk fails this call instead. Where the file system
+    /// cannot reserve, nothing is reserved.
+    fn reserve(&self, len: u64) -> io::Result<()>;
     /// Makes the file's bytes and length durable (fdatasync).
     fn sync_data(&self) -> io::Result<()>;
     /// Makes the file's bytes and all its metadata durable (fsync).

@@ -86,8 +86,8 @@ impl FileHandle for NoSyncFile {
         self.inner.set_len(len)
     }
 
-    fn allocate(&self, len: u64) -> io::Result<()> {
-        self.inner.allocate(len)
+    fn reserve(&self, len: u64) -> io::Result<()> {
+        self.inner.reserve(len)
     }
 
     fn sync_data(&self) -> io::Result<()> {

@@ -1,11 +1,12 @@
 //! Appending batches to a segment file: the active segment of a partition, or a segment that
 //! compaction writes under a temporary name.
 //!
-//! A segment is created preallocated (format/SEGMENT.md, file version 2): its blocks are
-//! reserved up front, so appends overwrite zeros (an fdatasync then writes no inode, and a full
-//! disk fails at creation, never at a page fault), and its bytes are reached through a writable
-//! shared mapping, so an append is a copy into memory, not a system call. Readers see the same
-//! mapping up to the length the writer published.
+//! A segment is created preallocated (format/SEGMENT.md, file version 2): at its full length
+//! (sparse), with blocks reserved a chunk ahead of the writer, so appends overwrite reserved zeros
+//! (an fdatasync then writes no inode size, and a full disk fails a reservation, never a page
+//! fault), and its bytes are reached through a writable shared mapping, so an append is a copy
+//! into memory, not a system call. Readers see the same mapping up to the length the writer
+//! published.
 //!
 //! The writer knows how much of its file the last completed sync made durable and stamps that
 //! length into every batch it writes (`synced_len`), which is how recovery tells a torn tail from
@@ -41,10 +42,14 @@ pub fn index_file_name(base: i64) -> String {
     format!("{base:020}.idx")
 }
 
-/// Bytes a segment (or journal) file grows by at a time: blocks are reserved with fallocate a
-/// chunk ahead of the writer, so appends overwrite allocated zeros, an fdatasync writes an inode
-/// only once per chunk, a full disk fails the allocation (a typed error), and a file never holds
-/// much more than its data.
+/// Bytes of disk blocks a segment reserves at a time: the file is as long as its capacity from
+/// its creation (sparse), and blocks are reserved with fallocate (`FALLOC_FL_KEEP_SIZE`) a chunk
+/// ahead of the writer, so appends overwrite allocated zeros, an fdatasync writes the file's
+/// extents only once per chunk, a full disk fails the reservation (a typed error, never a signal
+/// from a mapped write), and a file never takes much more disk than its data. A file whose
+/// length grows while it is mapped takes one page fault per 4 KiB page written; one whose length
+/// stays put gets large folios from the kernel's read-around, each mapped by one fault (1 GiB
+/// written: 262k faults against 11k).
 pub const ALLOCATION_CHUNK: u64 = 4 << 20;
 
 /// Most bytes of a segment's mapping kept prefaulted ahead of its writer (see
@@ -82,7 +87,7 @@ pub struct SegmentWriter {
     index_interval: u64,
     shared: Arc<ActiveSegment>,
     len: u64,
-    /// Length of the file: its blocks are allocated.
+    /// Bytes from the start whose blocks are reserved (at least).
     allocated: u64,
     /// Length the last completed sync made durable.
     synced: u64,
@@ -94,15 +99,16 @@ pub struct SegmentWriter {
     gate: SyncGate,
 }
 
-/// Creates the file of a new segment: header written, its first chunk (at most `capacity`)
-/// allocated, synced (the caller syncs the directory). A file left at `path` by an earlier attempt that failed (a full
-/// disk) is replaced; on failure nothing is left behind.
+/// Creates the file of a new segment: header written, the file `capacity` bytes long (sparse),
+/// its first chunk reserved, synced (the caller syncs the directory). A file left at `path` by an
+/// earlier attempt that failed (a full disk) is replaced; on failure nothing is left behind.
 fn create_file(fs: &dyn FileSystem, path: &Path, base: i64, capacity: u64) -> StoreResult<FileRef> {
     remove_if_present(fs, path)?;
     let file = fs.open(path, OpenMode::CreateNew).at(path)?;
     let written = file
         .write_at(&encode_segment_header(base), 0)
-        .and_then(|()| file.allocate(capacity.min(ALLOCATION_CHUNK)))
+        .and_then(|()| file.set_len(capacity))
+        .and_then(|()| file.reserve(capacity.min(ALLOCATION_CHUNK)))
         .and_then(|()| file.sync_data())
         .at(path);
     if let Err(e) = written {
@@ -133,6 +139,7 @@ impl SegmentWriter {
         let index = SegmentIndex::empty(base);
         let mut writer = Self::resume(path, file, index, (capacity, index_interval), pins)?;
         writer.synced = SEGMENT_HEADER_LEN as u64;
+        writer.allocated = capacity.min(ALLOCATION_CHUNK);
         Ok(writer)
     }
 
@@ -155,12 +162,15 @@ impl SegmentWriter {
         let index = SegmentIndex::empty(base);
         let mut writer = Self::resume(path, file, index, (capacity, index_interval), pins)?;
         writer.synced = SEGMENT_HEADER_LEN as u64;
+        writer.allocated = capacity.min(ALLOCATION_CHUNK);
         Ok(writer)
     }
 
     /// Continues appending to an existing preallocated segment whose valid (and durable)
-    /// content `index` describes; everything past it is zero. The segment may grow to
-    /// `capacity` bytes (or its current length, if longer).
+    /// content `index` describes; everything past it is zero. The segment may hold `capacity`
+    /// bytes (or its current length, if longer): a shorter file (one written before segments
+    /// were created at their full length) is extended first, sparse. Blocks are reserved again
+    /// from the data's end on (a range already reserved costs nothing more).
     pub fn resume(
         path: &Path,
         file: FileRef,
@@ -168,10 +178,14 @@ impl SegmentWriter {
         (capacity, index_interval): (u64, u64),
         pins: &Arc<PinCounter>,
     ) -> StoreResult<Self> {
-        let allocated = file.len().at(path)?;
-        let map = file.map_writable(capacity.max(allocated)).at(path)?;
+        let file_len = file.len().at(path)?;
         let len = index.segment_len;
-        assert!(len <= allocated, "the data fits its file");
+        assert!(len <= file_len, "the data fits its file");
+        if file_len < capacity {
+            file.set_len(capacity).at(path)?;
+        }
+        let map = file.map_writable(capacity.max(file_len)).at(path)?;
+        let allocated = len;
         let shared = ActiveSegment::new(path.to_path_buf(), map.clone(), index, pins.clone());
         Ok(Self {
             path: path.to_path_buf(),
@@ -188,15 +202,19 @@ impl SegmentWriter {
         })
     }
 
-    /// Allocates the file up to at least `end` (a chunk ahead, at most the mapping's length).
+    /// Reserves the file's blocks up to at least `end` (a chunk ahead, at most the mapping's
+    /// length). The reserved range ends on a chunk boundary (or the file's end), so no page-cache
+    /// folio (2 MiB at most, aligned to its size) holds both reserved and unreserved blocks: a
+    /// write fault on a folio then never needs blocks a full disk could refuse (a signal).
     fn allocate_to(&mut self, end: u64) -> StoreResult<()> {
         if end <= self.allocated {
             return Ok(());
         }
         let target = end
             .max(self.allocated + ALLOCATION_CHUNK)
+            .next_multiple_of(ALLOCATION_CHUNK)
             .min(self.map.len() as u64);
-        self.file.allocate(target).at(&self.path)?;
+        self.file.reserve(target).at(&self.path)?;
         self.allocated = target;
         Ok(())
     }
