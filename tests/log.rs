@@ -1076,21 +1076,21 @@ fn a_segment_shorter_than_its_capacity_is_extended_and_appended_past_its_old_end
         .with_segment_bytes(1 << 20);
     let value = |i: u8| Bytes::from(vec![i; 1000]);
     let path = dir.path().join("logs/grown/0/00000000000000000000.seg");
-    {
+    let file_len = || std::fs::metadata(&path).unwrap().len();
+    // Opens the log, appends the records numbered `range`, checks it holds `total`, closes it.
+    let append = |range: std::ops::Range<u8>, total: usize| {
         let store = Store::open(dir.path()).unwrap();
         let log = store.open_log("grown", 1, options.clone()).unwrap();
-        for i in 0..10u8 {
+        for i in range {
             log.append_blocking(0, vec![NewRecord::value(1, value(i))])
                 .unwrap();
         }
+        assert_eq!(read_all(&log, 0).len(), total);
         drop(log);
         store.close_blocking().unwrap();
-    }
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().len(),
-        1 << 20,
-        "created at its capacity"
-    );
+    };
+    append(0..10, 10);
+    assert_eq!(file_len(), 1 << 20, "created at its capacity");
     // As an earlier writer left it: the data and a zero tail to the next 4 KiB.
     std::fs::OpenOptions::new()
         .write(true)
@@ -1098,22 +1098,8 @@ fn a_segment_shorter_than_its_capacity_is_extended_and_appended_past_its_old_end
         .unwrap()
         .set_len(16 << 10)
         .unwrap();
-    {
-        let store = Store::open(dir.path()).unwrap();
-        let log = store.open_log("grown", 1, options.clone()).unwrap();
-        for i in 10..100u8 {
-            log.append_blocking(0, vec![NewRecord::value(1, value(i))])
-                .unwrap();
-        }
-        assert_eq!(read_all(&log, 0).len(), 100);
-        drop(log);
-        store.close_blocking().unwrap();
-    }
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().len(),
-        1 << 20,
-        "extended to its capacity"
-    );
+    append(10..100, 100);
+    assert_eq!(file_len(), 1 << 20, "extended to its capacity");
     let store = Store::open(dir.path()).unwrap();
     let log = store.open_log("grown", 1, options).unwrap();
     let records = read_all(&log, 0);

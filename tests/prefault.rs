@@ -2,7 +2,8 @@
 //! prefault): the pages it maps take no fault when written, and a range past the end of the
 //! file is refused with an error, never a signal, leaving the file as it was. Unmapping before
 //! a sync (`WritableMap::unmap_from`) drops the page-table entries, so written pages fault
-//! again, and changes no byte of the file or of a view.
+//! again, and changes no byte of the file or of a view. A sparse file's data end
+//! (`FileHandle::data_end`) stops before its unwritten tail.
 
 use std::path::Path;
 
@@ -31,6 +32,14 @@ fn faults_writing(map: &dyn strata::fs::WritableMap, pages: std::ops::Range<usiz
     page_faults() - before
 }
 
+/// A file of `pages` pages, reserved, and its writable mapping (the directory keeps it).
+fn mapped(pages: usize) -> (tempfile::TempDir, strata::fs::FileRef, strata::fs::MapRef) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = open_allocated(dir.path(), (pages * PAGE) as u64);
+    let map = file.map_writable((pages * PAGE) as u64).expect("a mapping");
+    (dir, file, map)
+}
+
 fn open_allocated(dir: &Path, len: u64) -> strata::fs::FileRef {
     let file = RealFs
         .open(&dir.join("mapped"), OpenMode::CreateNew)
@@ -42,9 +51,7 @@ fn open_allocated(dir: &Path, len: u64) -> strata::fs::FileRef {
 
 #[test]
 fn prefaulted_pages_take_no_fault_when_written_and_others_do() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = open_allocated(dir.path(), 256 * PAGE as u64);
-    let map = file.map_writable(256 * PAGE as u64).expect("a mapping");
+    let (_dir, _file, map) = mapped(256);
     map.prefault(0, 128 * PAGE).expect("prefaulted");
     let prefaulted = faults_writing(&*map, 0..128);
     let cold = faults_writing(&*map, 128..256);
@@ -82,9 +89,7 @@ fn a_prefault_past_the_end_of_the_file_is_refused_and_changes_nothing() {
 
 #[test]
 fn unmapped_pages_fault_again_and_keep_their_bytes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = open_allocated(dir.path(), 256 * PAGE as u64);
-    let map = file.map_writable(256 * PAGE as u64).expect("a mapping");
+    let (_dir, file, map) = mapped(256);
     map.prefault(0, 256 * PAGE).expect("prefaulted");
     let mapped = faults_writing(&*map, 0..128);
     let view = map.view(128 * PAGE);
@@ -105,4 +110,25 @@ fn unmapped_pages_fault_again_and_keep_their_bytes() {
     }
     // Past the mapping: nothing to unmap, no error.
     map.unmap_from(256 * PAGE).expect("an empty range");
+}
+
+#[test]
+fn the_data_end_of_a_sparse_file_stops_before_its_unwritten_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = RealFs
+        .open(&dir.path().join("sparse"), OpenMode::CreateNew)
+        .expect("a new file");
+    file.set_len(64 << 20).expect("a length");
+    file.reserve(4 << 20).expect("reserved blocks");
+    file.write_at(b"x", 1 << 20).expect("a byte");
+    let end = file.data_end().expect("the data's end");
+    assert!(
+        end > 1 << 20 && end <= 4 << 20,
+        "data ends at {end} in a 64 MiB file with one byte at 1 MiB and 4 MiB reserved"
+    );
+    assert_eq!(
+        file.len().expect("a length"),
+        64 << 20,
+        "the length is untouched"
+    );
 }

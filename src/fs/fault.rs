@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::image::{write_image, CrashMode, ImageReport};
-use super::real::{kind_real, map_real, open_real, reserve_real, RealMap};
+use super::real::{data_end_real, kind_real, map_real, open_real, reserve_real, RealMap};
 use super::tree::{DirNode, Ino, Node, Tree};
 use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, WritableMap};
 
@@ -575,6 +575,11 @@ impl FileHandle for FaultFile {
     fn reserve(&self, len: u64) -> io::Result<()> {
         let _state = self.change(OpKind::Resize, u64::MAX, u64::MAX, Space::Reserves(len))?;
         reserve_real(&self.file, len)
+    }
+
+    fn data_end(&self) -> io::Result<u64> {
+        self.lock().check_alive()?;
+        data_end_real(&self.file)
     }
 
     fn sync_data(&self) -> io::Result<()> {

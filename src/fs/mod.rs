@@ -38,7 +38,7 @@ pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use no_sync::NoSyncFs;
 pub use prefault::prefault_later;
-pub use real::{prefetch, RealFs, RealMap};
+pub use real::{prefetch, RealFs, RealMap, RANDOM_HEAD};
 pub use sync_gate::{GateState, SyncGate};
 
 /// A shared file system handle.
@@ -166,6 +166,12 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     /// cannot fail for lack of space; a full disk fails this call instead. Where the file system
     /// cannot reserve, nothing is reserved.
     fn reserve(&self, len: u64) -> io::Result<()>;
+    /// One past the last byte that may read as non-zero: the end of the file's last data region
+    /// (`SEEK_DATA` / `SEEK_HOLE`; a hole, like the unwritten end of a sparse segment, reads as
+    /// zeros). The file's length where the file system cannot tell.
+    fn data_end(&self) -> io::Result<u64> {
+        self.len()
+    }
     /// Makes the file's bytes and length durable (fdatasync).
     fn sync_data(&self) -> io::Result<()>;
     /// Makes the file's bytes and all its metadata durable (fsync).

@@ -90,6 +90,10 @@ impl FileHandle for NoSyncFile {
         self.inner.reserve(len)
     }
 
+    fn data_end(&self) -> io::Result<u64> {
+        self.inner.data_end()
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         Ok(())
     }

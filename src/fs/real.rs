@@ -92,6 +92,26 @@ pub(super) fn reserve_real(file: &File, len: u64) -> io::Result<()> {
     }
 }
 
+/// One past the end of the last data region of a real file (its length where the file system
+/// cannot tell): a scan for the file's last non-zero byte need not read the holes after it.
+pub(super) fn data_end_real(file: &File) -> io::Result<u64> {
+    use rustix::fs::{seek, SeekFrom};
+    let len = file.metadata()?.len();
+    let (mut end, mut at) = (0, 0);
+    while at < len {
+        let data = match seek(file, SeekFrom::Data(at)) {
+            Ok(data) => data,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => return Ok(len),
+            Err(e) => return Err(e.into()),
+        };
+        let hole = seek(file, SeekFrom::Hole(data))?;
+        assert!(hole > data, "a data region holds a byte");
+        (end, at) = (hole, hole);
+    }
+    Ok(end.min(len))
+}
+
 /// Maps a real file read-only.
 pub(super) fn map_real(file: &File) -> io::Result<Bytes> {
     // SAFETY: the mapping is read-only and shared. Strata maps a file only where its format
@@ -123,7 +143,7 @@ pub fn prefetch(byte: &u8) {
 
 /// Bytes at the start of a writable mapping that are faulted in one page at a time, without
 /// read-around: a small log's first appends never zero-fill a readahead window.
-const RANDOM_HEAD: usize = 256 << 10;
+pub const RANDOM_HEAD: usize = 256 << 10;
 
 /// A writable shared mapping of a real file.
 #[derive(Debug, Clone)]
@@ -321,6 +341,10 @@ impl FileHandle for RealFile {
 
     fn reserve(&self, len: u64) -> io::Result<()> {
         reserve_real(&self.file, len)
+    }
+
+    fn data_end(&self) -> io::Result<u64> {
+        data_end_real(&self.file)
     }
 
     fn sync_data(&self) -> io::Result<()> {

@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::header::{
     decode_segment_header_full, encode_segment_header, SegmentHeader, SEGMENT_HEADER_LEN,
 };
@@ -117,6 +119,16 @@ pub struct SegmentPlace<'a> {
     pub interval: u64,
 }
 
+/// A segment file's bytes up to the end of its last data region ([`FileHandle::data_end`]):
+/// everything past it reads as zeros, so scanning this prefix finds the same batches and the same
+/// last non-zero byte as scanning the whole file, without reading the unwritten capacity of a
+/// sparse segment (64 MiB by default; reading it made every recovery of a last segment slower).
+fn data_image(file: &FileRef, path: &Path) -> StoreResult<Bytes> {
+    let map = file.map().at(path)?;
+    let end = file.data_end().at(path)?.min(map.len() as u64);
+    Ok(map.slice(..end as usize))
+}
+
 /// Cuts a segment's data at `keep`: a version 1 file is truncated (it is not mapped then); in a
 /// preallocated file the bytes from `keep` to the last non-zero one are zeroed, so the data ends
 /// at `keep` and what follows is the zero tail. Synced. Returns the bytes cut.
@@ -132,7 +144,7 @@ fn cut(
         file.sync_all().at(path)?;
         return Ok(image_len.saturating_sub(keep));
     }
-    let map = file.map().at(path)?;
+    let map = data_image(file, path)?;
     let end = nonzero_end(&map) as u64;
     drop(map);
     let mut pos = keep;
@@ -163,7 +175,7 @@ pub fn open_sealed(
     let mut report = SegmentRecovery::default();
     loop {
         let file = fs.open(path, OpenMode::Read).at(path)?;
-        let map = file.map().at(path)?;
+        let map = data_image(&file, path)?;
         let header = check_header(path, &map, base)?;
         if let Some(index) = trusted_index(fs, index_path, base, &map) {
             drop(map);
@@ -221,7 +233,7 @@ pub fn open_last(place: SegmentPlace<'_>, capacity: u64, clean: bool) -> StoreRe
     } = place;
     let mut report = SegmentRecovery::default();
     let file = fs.open(path, OpenMode::ReadWrite).at(path)?;
-    let image = file.map().at(path)?;
+    let image = data_image(&file, path)?;
     let len = image.len() as u64;
     let header = match check_header(path, &image, base) {
         Ok(header) => header,
@@ -242,7 +254,7 @@ pub fn open_last(place: SegmentPlace<'_>, capacity: u64, clean: bool) -> StoreRe
             report.truncated_bytes = cut(&file, path, 0, len, true)?;
             file.write_at(&encode_segment_header(base), 0).at(path)?;
             let first = capacity.min(crate::segment::writer::ALLOCATION_CHUNK);
-            file.set_len(capacity.max(len)).at(path)?;
+            file.set_len(capacity.max(file.len().at(path)?)).at(path)?;
             file.reserve(first).at(path)?;
             file.sync_data().at(path)?;
             report.index_rebuilt = true;

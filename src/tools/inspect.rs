@@ -18,7 +18,7 @@ use crate::store::manifest::Manifest;
 pub struct SegmentSummary {
     /// Base offset from the file name.
     pub base_offset: i64,
-    /// File length.
+    /// Bytes of data (the file of a preallocated segment is longer: a zero tail).
     pub bytes: u64,
     /// Offset of the last valid record (`base - 1` when none).
     pub last_offset: i64,
@@ -47,7 +47,7 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
     };
     Ok(SegmentSummary {
         base_offset: base,
-        bytes: image.len() as u64,
+        bytes: index.segment_len,
         last_offset: index.last_offset,
         indexed,
     })
