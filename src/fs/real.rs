@@ -106,7 +106,10 @@ pub(super) fn data_end_real(file: &File) -> io::Result<u64> {
             Err(e) => return Err(e.into()),
         };
         let hole = seek(file, SeekFrom::Hole(data))?;
-        assert!(hole > data, "a data region holds a byte");
+        if hole <= data {
+            // Not what SEEK_HOLE promises (a data region holds a byte): trust the length.
+            return Ok(len);
+        }
         (end, at) = (hole, hole);
     }
     Ok(end.min(len))
@@ -211,9 +214,10 @@ impl RealMap {
         assert!(start < end && end <= self.raw.len());
         // SAFETY: `[start, end)` lies inside the live mapping (`start < end <= len`; memmap2
         // aligns the start down to its page, still inside the mapping), which is shared and
-        // file-backed: MADV_DONTNEED only removes the pages from this process's page tables (dirty bits move to the page cache), so the file's
-        // bytes, and every view of them, read the same afterwards, and a concurrent write into
-        // the range lands in the same page-cache page (through a fresh fault if need be).
+        // file-backed: MADV_DONTNEED only removes the pages from this process's page tables
+        // (dirty bits move to the page cache), so the file's bytes, and every view of them, read
+        // the same afterwards, and a concurrent write into the range lands in the same
+        // page-cache page (through a fresh fault if need be).
         unsafe {
             self.raw
                 .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
