@@ -91,13 +91,13 @@ fn a_prefault_past_the_end_of_the_file_is_refused_and_changes_nothing() {
 fn unmapped_pages_fault_again_and_keep_their_bytes() {
     let (_dir, file, map) = mapped(256);
     map.prefault(0, 256 * PAGE).expect("prefaulted");
-    let mapped = faults_writing(&*map, 0..128);
+    let while_mapped = faults_writing(&*map, 0..128);
     let view = map.view(128 * PAGE);
     map.unmap_from(64 * PAGE + 100).expect("unmapped");
-    let unmapped = faults_writing(&*map, 128..256);
+    let after_unmap = faults_writing(&*map, 128..256);
     assert!(
-        unmapped >= 32 && mapped * 4 < unmapped,
-        "{mapped} faults in 128 mapped pages, {unmapped} in 128 unmapped ones"
+        after_unmap >= 32 && while_mapped * 4 < after_unmap,
+        "{while_mapped} faults in 128 mapped pages, {after_unmap} in 128 unmapped ones"
     );
     file.sync_data().expect("synced");
     let mut bytes = vec![0u8; 256 * PAGE];
