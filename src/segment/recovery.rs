@@ -253,9 +253,7 @@ pub fn open_last(place: SegmentPlace<'_>, capacity: u64, clean: bool) -> StoreRe
             }
             report.truncated_bytes = cut(&file, path, 0, len, true)?;
             file.write_at(&encode_segment_header(base), 0).at(path)?;
-            let first = capacity.min(crate::segment::writer::ALLOCATION_CHUNK);
-            file.set_len(capacity.max(file.len().at(path)?)).at(path)?;
-            file.reserve(first).at(path)?;
+            crate::segment::writer::size_fresh_file(&file, capacity).at(path)?;
             file.sync_data().at(path)?;
             report.index_rebuilt = true;
             let index = SegmentIndex::empty(base);

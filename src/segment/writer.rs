@@ -103,6 +103,14 @@ pub struct SegmentWriter {
     gate: SyncGate,
 }
 
+/// Gives a segment file whose header is written its full length, `capacity` bytes (sparse; a
+/// longer file is left as long), and reserves its first chunk. Nothing is durable until the
+/// caller syncs the file.
+pub(crate) fn size_fresh_file(file: &FileRef, capacity: u64) -> std::io::Result<()> {
+    file.set_len(capacity.max(file.len()?))?;
+    file.reserve(capacity.min(ALLOCATION_CHUNK))
+}
+
 /// Creates the file of a new segment: header written, the file `capacity` bytes long (sparse),
 /// its first chunk reserved, synced (the caller syncs the directory). A file left at `path` by an
 /// earlier attempt that failed (a full disk) is replaced; on failure nothing is left behind.
@@ -111,8 +119,7 @@ fn create_file(fs: &dyn FileSystem, path: &Path, base: i64, capacity: u64) -> St
     let file = fs.open(path, OpenMode::CreateNew).at(path)?;
     let written = file
         .write_at(&encode_segment_header(base), 0)
-        .and_then(|()| file.set_len(capacity))
-        .and_then(|()| file.reserve(capacity.min(ALLOCATION_CHUNK)))
+        .and_then(|()| size_fresh_file(&file, capacity))
         .and_then(|()| file.sync_data())
         .at(path);
     if let Err(e) = written {
@@ -140,6 +147,18 @@ impl SegmentWriter {
             "a segment holds its header"
         );
         let file = create_file(fs, path, base, capacity)?;
+        Self::fresh(path, file, base, (capacity, index_interval), pins)
+    }
+
+    /// The writer of a segment file `create_file` just made: empty, its header synced, its first
+    /// chunk reserved.
+    fn fresh(
+        path: &Path,
+        file: FileRef,
+        base: i64,
+        (capacity, index_interval): (u64, u64),
+        pins: &Arc<PinCounter>,
+    ) -> StoreResult<Self> {
         let index = SegmentIndex::empty(base);
         let mut writer = Self::resume(path, file, index, (capacity, index_interval), pins)?;
         writer.synced = SEGMENT_HEADER_LEN as u64;
@@ -163,11 +182,7 @@ impl SegmentWriter {
         let file = create_file(fs, &tmp, base, capacity)?;
         fs.rename(&tmp, path).at(path)?;
         crate::fs::sync_parent(fs, path)?;
-        let index = SegmentIndex::empty(base);
-        let mut writer = Self::resume(path, file, index, (capacity, index_interval), pins)?;
-        writer.synced = SEGMENT_HEADER_LEN as u64;
-        writer.allocated = capacity.min(ALLOCATION_CHUNK);
-        Ok(writer)
+        Self::fresh(path, file, base, (capacity, index_interval), pins)
     }
 
     /// Continues appending to an existing preallocated segment whose valid (and durable)
