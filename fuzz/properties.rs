@@ -125,7 +125,8 @@ pub fn cold_object_round_trip(data: &[u8]) {
     );
 }
 
-/// A group commit record decodes without panicking; what decodes re-encodes byte for byte.
+/// A group commit record decodes without panicking; what decodes re-encodes byte for byte
+/// (past the version byte: a version-1 record re-encodes as the current version).
 #[cfg(feature = "ursula")]
 pub fn commit_record_round_trip(data: &[u8]) {
     use strata::group::commit_record::{decode, CommitRecord};
@@ -136,7 +137,11 @@ pub fn commit_record_round_trip(data: &[u8]) {
     })
     .is_ok()
     {
-        assert_eq!(again.as_bytes(), data, "re-encoded commit record differs");
+        assert_eq!(
+            again.as_bytes()[1..],
+            data[1..],
+            "re-encoded commit record differs"
+        );
     }
 }
 

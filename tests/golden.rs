@@ -674,11 +674,16 @@ mod group_state {
                 partition: 3,
                 offset: 7,
             },
+            Op::Digest {
+                partition: 3,
+                offset: 7,
+                start: 4096,
+            },
         ];
         let mut record = CommitRecord::default();
         ops.iter().for_each(|op| record.push(*op));
-        let b = vector("group_commit_record_v1.bin", record.as_bytes());
-        assert_eq!(b[0], 1, "version");
+        let b = vector("group_commit_record_v2.bin", record.as_bytes());
+        assert_eq!(b[0], 2, "version");
         assert_eq!(
             (b[1], b[2], u32_at(&b, 3)),
             (1, 2, 2),
@@ -691,16 +696,29 @@ mod group_state {
             (2, 5, 2, &b"k2"[..])
         );
         assert_eq!((b[24], b[25]), (3, 3), "delete_range: tag, cf");
-        let requires = b.len() - 13;
+        let digest = b.len() - 21;
+        let requires = digest - 13;
         assert_eq!(b[requires], 4, "requires tag");
         assert_eq!(u32_at(&b, requires + 1), 3);
         assert_eq!(u64_le(&b, requires + 5), 7);
-        let mut decoded = Vec::new();
-        decode(&b, |op| {
-            decoded.push(op);
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(decoded, ops);
+        assert_eq!(b[digest], 5, "digest tag");
+        assert_eq!(u32_at(&b, digest + 1), 3);
+        assert_eq!(u64_le(&b, digest + 5), 7);
+        assert_eq!(u64_le(&b, digest + 13), 4096, "digest: stream offset");
+        fn decoded(bytes: &[u8]) -> Result<Vec<Op<'_>>, strata::group::GroupError> {
+            let mut out = Vec::new();
+            decode(bytes, |op| {
+                out.push(op);
+                Ok(())
+            })
+            .map(|()| out)
+        }
+        assert_eq!(decoded(&b).unwrap(), ops);
+        // Version 1 (no digest op) is still read: the same ops up to the requirement.
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("format/vectors/group_commit_record_v1.bin");
+        let v1 = std::fs::read(path).unwrap();
+        assert_eq!((v1[0], &v1[1..]), (1, &b[1..digest]));
+        assert_eq!(decoded(&v1).unwrap(), ops[..4]);
     }
 }

@@ -13,7 +13,8 @@ use ursula_stream::{
     StreamMetadata, StreamRecordRange, StreamStatus,
 };
 
-use super::integrity::{integrity_append, integrity_external};
+use super::deferred_digests::DeferredDigest;
+use super::integrity::integrity_external;
 use super::lifecycle::validate_producer;
 use super::payload::PayloadLog;
 use super::producers::{producer_item, ProducerDecision};
@@ -210,12 +211,20 @@ impl DiskGroupEngine {
         });
         let mut messages = Vec::new();
         if let Some(log_offset) = log_offset {
-            integrity_append(&mut row, &id, offset, next_offset, &input.payload);
             row.append_count += 1;
             messages.push((offset, next_offset, log_offset));
         }
         let partition = row.partition;
         drop(row);
+        if let Some(log_offset) = log_offset {
+            tx.append_digest(DeferredDigest {
+                id: id.clone(),
+                start: offset,
+                payload: input.payload.clone(),
+                partition,
+                log_offset,
+            });
+        }
         self.commit_records(tx, &id, offset, &plan.ends);
         for (offset, next_offset, log_offset) in messages {
             tx.put_message(
@@ -628,7 +637,6 @@ impl DiskGroupEngine {
             let start = row.metadata.tail_offset;
             let end = start + payload.len() as u64;
             row.metadata.tail_offset = end;
-            integrity_append(&mut row, id, start, end, payload);
             row.append_count += 1;
             messages.push((start, end, *log_offset));
             let record_start = next_record;
@@ -645,6 +653,15 @@ impl DiskGroupEngine {
         renew_ttl(&mut row.metadata, now_ms);
         let partition = row.partition;
         drop(row);
+        for ((start, _, log_offset), payload) in messages.iter().zip(&payloads) {
+            tx.append_digest(DeferredDigest {
+                id: id.clone(),
+                start: *start,
+                payload: payload.clone(),
+                partition,
+                log_offset: *log_offset,
+            });
+        }
         for (item, ends) in items.iter().zip(&all_ends) {
             self.commit_records(tx, id, item.start_offset, ends);
         }

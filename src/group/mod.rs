@@ -46,6 +46,7 @@
 mod append;
 mod checkpoint;
 mod cold_tier;
+mod deferred_digests;
 mod error;
 mod lifecycle;
 mod persist;
@@ -63,6 +64,7 @@ mod verify;
 // Short paths for the pieces the commands use (and the public codecs).
 pub use cold_tier::cold_paths;
 use cold_tier::cold_worker;
+use persist::replay::replay;
 pub use persist::{commit_record, keys, rows, stream_row};
 use persist::{db, payload};
 use state::{integrity, streams};
@@ -339,8 +341,9 @@ impl DiskGroupEngine {
 
     /// Persists, then applies `tx`: seals it (stream rows and counters), appends its commit
     /// record to the payload log and syncs it (one fdatasync, which also covers the command's
-    /// payloads), applies it to RocksDB without a sync of its own, and only then takes its
-    /// planned state as the engine's. A transaction that writes nothing changes nothing. On
+    /// payloads; large appends' digests are hashed meanwhile and added to the rows after it),
+    /// applies it to RocksDB without a sync of its own, and only then takes its planned state
+    /// as the engine's. A transaction that writes nothing changes nothing. On
     /// failure the planned state waits in [`Self::pending`] and the error is reported.
     fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
         let counters = |s: &GroupState| (s.commit_index, s.next_gc_seq);
@@ -349,19 +352,25 @@ impl DiskGroupEngine {
         }
         tx.seal();
         // Nothing reached the log if these fail: the planned state is dropped.
-        let record = tx.record()?;
+        tx.record()?;
         let expected = self.payloads.next_commit_offset()?;
+        let digests = tx.start_digests();
         let persisted = crate::blocking::blocking(|| {
             let started = Instant::now();
-            let offset = self
-                .payloads
-                .commit(record, now_ms())
-                .map_err(|e| (expected, e))?;
+            let committed = tx
+                .record()
+                .and_then(|record| self.payloads.commit(record, now_ms()));
+            // Before the outcome is looked at: a pending transaction holds its digests too.
+            if let Some(job) = digests {
+                tx.finish_digests(job);
+            }
+            let offset = committed.map_err(|e| (expected, e))?;
             debug_assert_eq!(
                 offset, expected,
                 "the engine is the commit partition's only writer"
             );
             let synced = Instant::now();
+            let record = tx.record().map_err(|e| (offset, e))?;
             self.db.apply(record, offset + 1).map_err(|e| (offset, e))?;
             let (sync, write) = (synced - started, synced.elapsed());
             crate::metrics::group_commit(&self.name, sync, write);
@@ -415,36 +424,6 @@ impl DiskGroupEngine {
 struct PendingCommit {
     tx: Tx,
     offset: u64,
-}
-
-/// Applies the commit records past RocksDB's replay position: those RocksDB lost (applied without
-/// its WAL and not yet flushed when the power failed) or never got (a write that failed after
-/// the record was appended). Blocking; returns how many it applied.
-///
-/// A power cut can keep a commit record whose payloads, in other partitions, were lost: its
-/// sync never completed, so neither it nor any later record was acknowledged (an acknowledged
-/// record's sync covers every earlier payload). Replay stops at the first such record and
-/// durably moves the replay position past the end, so those records are never applied (their
-/// payload offsets will be reused).
-fn replay(db: &GroupDb, payloads: &PayloadLog) -> Result<u64, GroupError> {
-    let mut applied = 0;
-    let mut torn = false;
-    payloads.commit_records(db.replay_from()?, |offset, record| {
-        torn = torn || !payloads.holds_requirements(record)?;
-        if !torn {
-            db.apply(record, offset + 1)?;
-            applied += 1;
-        }
-        Ok(())
-    })?;
-    if torn {
-        db.apply(
-            commit_record::CommitRecord::default().as_bytes(),
-            payloads.commit_end()?,
-        )?;
-        db.flush()?;
-    }
-    Ok(applied)
 }
 
 /// Milliseconds since the Unix epoch (the timestamp of commit records).

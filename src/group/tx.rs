@@ -7,6 +7,8 @@ use ursula_shard::BucketStreamId;
 
 use super::cold_tier::runtime_index::{collected_pages, pages_of, PageMarks};
 use super::db::Writes;
+use super::deferred_digests::{DeferredDigest, DeferredDigests, DigestJob, DigestSums};
+use super::state::integrity::{add_digest, count_append};
 use super::state::GroupState;
 
 /// One command's change: the group state it leaves and the [`Writes`] that persist it.
@@ -20,6 +22,9 @@ pub(crate) struct Tx {
     /// Runtime cold-index pages (first, last) per stream that the change makes stale
     /// ([`crate::group::cold_tier::runtime_index`]), marked once the commit is applied.
     cold_pages: PageMarks,
+    /// Inline appends whose integrity digests are not yet in `state`'s rows: added while
+    /// sealing, or once the commit record is synced ([`crate::group::deferred_digests`]).
+    digests: DeferredDigests,
 }
 
 impl std::ops::Deref for Tx {
@@ -43,6 +48,7 @@ impl Tx {
             state: state.clone(),
             writes: Writes::default(),
             cold_pages: Vec::new(),
+            digests: DeferredDigests::default(),
         }
     }
 
@@ -70,10 +76,38 @@ impl Tx {
         (self.state, self.cold_pages)
     }
 
+    /// Counts an inline append in its stream's row (which the plan changed already) and leaves
+    /// its integrity digest to the commit ([`Self::seal`]).
+    pub fn append_digest(&mut self, digest: DeferredDigest) {
+        if let Some(mut row) = self.state.streams.get_mut(&digest.id) {
+            count_append(
+                &mut row,
+                digest.start,
+                digest.start + digest.payload.len() as u64,
+            );
+        }
+        self.digests.push(digest);
+    }
+
+    /// Adds digest sums to the planned rows of their streams.
+    fn add_digests(&mut self, sums: &DigestSums) {
+        for (id, sum) in sums {
+            if let Some(mut row) = self.state.streams.get_mut(id) {
+                add_digest(&mut row, *sum);
+            }
+        }
+    }
+
     /// Adds the command's last writes: the row of every marked stream as the planned state
     /// holds it (its checkpoint payload too when that changed), the usage of every marked
-    /// bucket, and the counters.
+    /// bucket, and the counters. The digests of small appends are added to the rows first;
+    /// those of large ones are left out of the rows and named by digest ops instead
+    /// ([`Self::start_digests`]).
     pub fn seal(&mut self) {
+        if !self.digests.worth_deferring() {
+            let sums = std::mem::take(&mut self.digests).compute();
+            self.add_digests(&sums);
+        }
         for bucket in self.writes.take_dirty_usage() {
             if let Some(usage) = self.state.usage.get(&bucket).copied() {
                 self.writes.put_usage(&bucket, &usage);
@@ -91,5 +125,26 @@ impl Tx {
             }
         }
         self.writes.put_counters(&self.state);
+        for op in self.digests.ops() {
+            self.writes.push_op(op);
+        }
+    }
+
+    /// Starts hashing the deferred digests beside the commit's sync (after [`Self::seal`]).
+    pub fn start_digests(&mut self) -> Option<DigestJob> {
+        std::mem::take(&mut self.digests).start()
+    }
+
+    /// Adds the sums of `job` to the planned rows and writes those rows again, after the
+    /// commit record (which lacks them) went to the log and before RocksDB applies it: a
+    /// later put of a key wins within a batch.
+    pub fn finish_digests(&mut self, job: DigestJob) {
+        let sums = job.wait();
+        self.add_digests(&sums);
+        for (id, _) in &sums {
+            if let Some(row) = self.state.streams.get(id) {
+                self.writes.put_stream(id, row);
+            }
+        }
     }
 }

@@ -111,7 +111,8 @@ fn script() -> Vec<Step> {
         Gc,
         Sweep,
     ]);
-    // A batch of four payloads in another stream, its integrity digest checked after every cut.
+    // A batch of four payloads in another stream (8 KiB and more: its integrity digests are
+    // hashed beside the sync and added after it), its digest checked after every cut.
     steps.extend([
         Batch(2, 2300),
         Flush(2),

@@ -9,8 +9,12 @@
 
 use crate::group::GroupError;
 
-/// Version byte that starts every commit record.
-pub const COMMIT_RECORD_VERSION: u8 = 1;
+/// Version byte that starts every commit record this build writes (version 2 adds the digest
+/// op; version 1 records are still read).
+pub const COMMIT_RECORD_VERSION: u8 = 2;
+
+/// The version before the digest op, still read.
+const COMMIT_RECORD_VERSION_1: u8 = 1;
 
 /// Partition of the payload log that holds the commit records (unkeyed records; payload records
 /// are keyed by their stream).
@@ -20,6 +24,7 @@ const TAG_PUT: u8 = 1;
 const TAG_DELETE: u8 = 2;
 const TAG_DELETE_RANGE: u8 = 3;
 const TAG_REQUIRES: u8 = 4;
+const TAG_DIGEST: u8 = 5;
 
 /// One change to a column family (by its index in the engine's column-family list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +62,18 @@ pub enum Op<'a> {
         /// Offset of the payload record.
         offset: u64,
     },
+    /// The stream row this record puts for the stream of payload record `offset` of
+    /// `partition` lacks the integrity digest of that inline append, which starts at stream
+    /// byte `start` and is as long as the record's value: replay adds it to the row (computed
+    /// while the record was syncing; format/GROUP_STATE.md, "Deferred digests").
+    Digest {
+        /// Payload-log partition.
+        partition: u32,
+        /// Offset of the payload record.
+        offset: u64,
+        /// Stream offset of the append's first byte.
+        start: u64,
+    },
 }
 
 /// The encoded changes of one command, built op by op.
@@ -85,6 +102,16 @@ impl CommitRecord {
                 self.bytes.extend_from_slice(&partition.to_le_bytes());
                 self.bytes.extend_from_slice(&offset.to_le_bytes());
             }
+            Op::Digest {
+                partition,
+                offset,
+                start,
+            } => {
+                self.bytes.push(TAG_DIGEST);
+                self.bytes.extend_from_slice(&partition.to_le_bytes());
+                self.bytes.extend_from_slice(&offset.to_le_bytes());
+                self.bytes.extend_from_slice(&start.to_le_bytes());
+            }
         }
     }
 
@@ -95,6 +122,18 @@ impl CommitRecord {
             self.bytes.extend_from_slice(&len.to_le_bytes());
             self.bytes.extend_from_slice(field);
         }
+    }
+
+    /// A record that starts as a copy of the encoded record `bytes` (for ops added after it).
+    pub fn copy_of(bytes: &[u8]) -> Self {
+        Self {
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    /// The encoded record, taken.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
     }
 
     /// Whether no change was added.
@@ -109,11 +148,12 @@ impl CommitRecord {
 }
 
 impl Op<'_> {
-    /// The column family a change is to (`u8::MAX` for a `Requires`, which changes none).
+    /// The column family a change is to (`u8::MAX` for a `Requires` or a `Digest`, which
+    /// name payload records and write no family themselves).
     pub fn cf(&self) -> u8 {
         match self {
             Op::Put { cf, .. } | Op::Delete { cf, .. } | Op::DeleteRange { cf, .. } => *cf,
-            Op::Requires { .. } => u8::MAX,
+            Op::Requires { .. } | Op::Digest { .. } => u8::MAX,
         }
     }
 }
@@ -124,50 +164,87 @@ pub fn decode<'a>(
     bytes: &'a [u8],
     mut f: impl FnMut(Op<'a>) -> Result<(), GroupError>,
 ) -> Result<(), GroupError> {
-    let corrupt =
-        |at: usize, what: &str| GroupError::Corrupt(format!("commit record: {what} at byte {at}"));
-    match bytes.first() {
-        Some(&COMMIT_RECORD_VERSION) => {}
+    let version = match bytes.first() {
+        Some(&v @ (COMMIT_RECORD_VERSION_1 | COMMIT_RECORD_VERSION)) => v,
         Some(v) => return Err(corrupt(0, &format!("version {v}"))),
         None => return Err(corrupt(0, "no version byte")),
-    }
+    };
     let mut at = 1;
     while at < bytes.len() {
-        if bytes[at] == TAG_REQUIRES {
-            let fixed = bytes
-                .get(at + 1..at + 13)
-                .ok_or_else(|| corrupt(at, "truncated requirement"))?;
-            let (partition, offset) = fixed.split_at(4);
-            f(Op::Requires {
-                partition: u32::from_le_bytes(partition.try_into().unwrap_or_default()),
-                offset: u64::from_le_bytes(offset.try_into().unwrap_or_default()),
-            })?;
-            at += 13;
-            continue;
-        }
-        let (tag, cf) = match bytes.get(at..at + 2) {
-            Some(&[tag, cf]) => (tag, cf),
-            _ => return Err(corrupt(at, "truncated op")),
-        };
-        at += 2;
-        let first = field(bytes, &mut at).ok_or_else(|| corrupt(at, "truncated key"))?;
-        let op = match tag {
-            TAG_PUT => Op::Put {
-                cf,
-                key: first,
-                value: field(bytes, &mut at).ok_or_else(|| corrupt(at, "truncated value"))?,
-            },
-            TAG_DELETE => Op::Delete { cf, key: first },
-            TAG_DELETE_RANGE => Op::DeleteRange {
-                cf,
-                from: first,
-                to: field(bytes, &mut at).ok_or_else(|| corrupt(at, "truncated range end"))?,
-            },
-            other => return Err(corrupt(at - 2, &format!("op tag {other}"))),
+        let op = match bytes[at] {
+            TAG_REQUIRES => {
+                let (partition, offset) = fixed_fields(bytes, &mut at, "requirement")?;
+                Op::Requires { partition, offset }
+            }
+            TAG_DIGEST if version >= COMMIT_RECORD_VERSION => {
+                let (partition, offset) = fixed_fields(bytes, &mut at, "digest")?;
+                let start = le_u64(bytes, at).ok_or_else(|| corrupt(at, "truncated digest"))?;
+                at += 8;
+                Op::Digest {
+                    partition,
+                    offset,
+                    start,
+                }
+            }
+            _ => keyed_op(bytes, &mut at)?,
         };
         f(op)?;
     }
     Ok(())
+}
+
+/// A `GroupError::Corrupt` naming byte `at` of a commit record.
+fn corrupt(at: usize, what: &str) -> GroupError {
+    GroupError::Corrupt(format!("commit record: {what} at byte {at}"))
+}
+
+/// The tag at `*at` and its `u32 LE partition, u64 LE offset`, advancing past them.
+fn fixed_fields(bytes: &[u8], at: &mut usize, what: &str) -> Result<(u32, u64), GroupError> {
+    let partition = bytes
+        .get(*at + 1..*at + 5)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes);
+    match (partition, le_u64(bytes, *at + 5)) {
+        (Some(partition), Some(offset)) => {
+            *at += 13;
+            Ok((partition, offset))
+        }
+        _ => Err(corrupt(*at, &format!("truncated {what}"))),
+    }
+}
+
+/// The `u64 LE` at `at`, if the bytes reach that far.
+fn le_u64(bytes: &[u8], at: usize) -> Option<u64> {
+    let b = bytes.get(at..at.checked_add(8)?)?;
+    b.try_into().ok().map(u64::from_le_bytes)
+}
+
+/// A put, delete or delete-range op at `*at` (any other tag is an error), advancing past it.
+fn keyed_op<'a>(bytes: &'a [u8], at: &mut usize) -> Result<Op<'a>, GroupError> {
+    let (tag, cf) = match bytes.get(*at..*at + 2) {
+        Some(&[tag, cf]) => (tag, cf),
+        _ => return Err(corrupt(*at, "truncated op")),
+    };
+    let op_at = *at;
+    *at += 2;
+    let mut next = |what: &str| field(bytes, at).ok_or_else(|| corrupt(op_at, what));
+    Ok(match tag {
+        TAG_PUT => Op::Put {
+            cf,
+            key: next("truncated key")?,
+            value: next("truncated value")?,
+        },
+        TAG_DELETE => Op::Delete {
+            cf,
+            key: next("truncated key")?,
+        },
+        TAG_DELETE_RANGE => Op::DeleteRange {
+            cf,
+            from: next("truncated range start")?,
+            to: next("truncated range end")?,
+        },
+        other => return Err(corrupt(op_at, &format!("op tag {other}"))),
+    })
 }
 
 /// One `u32 LE` length-prefixed field at `*at`, advancing past it.
@@ -213,6 +290,11 @@ mod tests {
                 from: b"a",
                 to: b"b\xff",
             },
+            Op::Digest {
+                partition: 7,
+                offset: 9,
+                start: u64::MAX,
+            },
         ];
         for op in written {
             record.push(op);
@@ -233,20 +315,37 @@ mod tests {
             partition: 1,
             offset: 2,
         });
+        record.push(Op::Digest {
+            partition: 1,
+            offset: 2,
+            start: 3,
+        });
         let bytes = record.as_bytes();
         // Cuts between ops leave a shorter valid record; any other cut is an error.
         let put_end = 1 + 2 + 4 + 3 + 4 + 5;
+        let requires_end = put_end + 13;
         for cut in 0..bytes.len() {
             match cut {
                 1 => assert!(ops(&bytes[..cut]).unwrap().is_empty()),
                 _ if cut == put_end => assert_eq!(ops(&bytes[..cut]).unwrap().len(), 1),
+                _ if cut == requires_end => assert_eq!(ops(&bytes[..cut]).unwrap().len(), 2),
                 _ => assert!(ops(&bytes[..cut]).is_err(), "cut at {cut}"),
             }
         }
+        assert_eq!(ops(bytes).unwrap().len(), 3);
+        let mut old = bytes.to_vec();
+        old[0] = COMMIT_RECORD_VERSION_1;
+        let err = ops(&old).unwrap_err().to_string();
+        assert!(err.contains("op tag 5"), "{err}");
+        assert_eq!(
+            ops(&old[..requires_end]).unwrap().len(),
+            2,
+            "version 1 still reads"
+        );
         let mut bad = bytes.to_vec();
         bad[1] = 9;
         assert!(ops(&bad).is_err());
-        bad[0] = 2;
+        bad[0] = 3;
         assert!(ops(&bad).is_err());
     }
 }

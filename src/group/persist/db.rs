@@ -48,6 +48,8 @@ pub(crate) const CF_SNAPSHOTS: &str = "snapshots";
 
 /// Index of [`CF_MESSAGES`] in [`COLUMN_FAMILIES`] (a commit record's `cf` byte).
 const MESSAGES_CF_INDEX: u8 = cf_position(CF_MESSAGES);
+/// Index of the `streams` family in commit records.
+pub(crate) const STREAMS_CF_INDEX: u8 = cf_position(CF_STREAMS);
 /// Index of [`CF_EXTERNAL`] in [`COLUMN_FAMILIES`].
 const EXTERNAL_CF_INDEX: u8 = cf_position(CF_EXTERNAL);
 
@@ -215,7 +217,7 @@ impl GroupDb {
                 Op::DeleteRange { cf, from, to } => {
                     batch.delete_range_cf(self.cf_at(cf)?, from, to)
                 }
-                Op::Requires { .. } => return Ok(()),
+                Op::Requires { .. } | Op::Digest { .. } => return Ok(()),
             }
             if matches!(op.cf(), MESSAGES_CF_INDEX | EXTERNAL_CF_INDEX) {
                 mirrored.push(op);
@@ -642,6 +644,15 @@ fn be_u64(bytes: &[u8], what: &str) -> Result<u64, GroupError> {
 }
 
 impl Writes {
+    /// Adds an op that names payload records (a requirement or a deferred digest).
+    pub fn push_op(&mut self, op: Op<'_>) {
+        debug_assert!(
+            op.cf() == u8::MAX,
+            "rows are written through the typed puts"
+        );
+        self.record.push(op);
+    }
+
     fn put_raw(&mut self, cf: &str, key: &[u8], value: &[u8]) {
         self.record.push(Op::Put {
             cf: cf_position(cf),

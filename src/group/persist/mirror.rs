@@ -191,7 +191,7 @@ impl FamilyMirror {
                 }
             }
             Op::DeleteRange { from, to, .. } => self.delete_range(from, to),
-            Op::Requires { .. } => {}
+            Op::Requires { .. } | Op::Digest { .. } => {}
         }
     }
 

@@ -7,5 +7,6 @@ pub mod db;
 pub mod keys;
 pub(crate) mod mirror;
 pub mod payload;
+pub(crate) mod replay;
 pub mod rows;
 pub mod stream_row;

@@ -130,18 +130,51 @@ impl PayloadLog {
         Ok(self.log.sync_blocking()?)
     }
 
-    /// Whether every payload record `record` requires is in the log (each partition keeps a
-    /// prefix of what was written to it, so a record below the high-water mark is there).
+    /// Whether every payload record `record` requires (or takes a deferred digest of) is in
+    /// the log (each partition keeps a prefix of what was written to it, so a record below the
+    /// high-water mark is there).
     pub fn holds_requirements(&self, record: &[u8]) -> Result<bool, GroupError> {
+        use crate::group::commit_record::Op;
         let mut holds = true;
         crate::group::commit_record::decode(record, |op| {
-            if let crate::group::commit_record::Op::Requires { partition, offset } = op {
+            if let Op::Requires { partition, offset }
+            | Op::Digest {
+                partition, offset, ..
+            } = op
+            {
                 let high = self.log.high_water_mark(partition)?;
                 holds &= i64::try_from(offset).is_ok_and(|o| o < high);
             }
             Ok(())
         })?;
         Ok(holds)
+    }
+
+    /// The key and value of payload record `offset` of `partition` (blocking), or `Corrupt`
+    /// when there is none: a commit record's digest names it, and replay checked that its
+    /// partition holds it.
+    pub fn payload_record(
+        &self,
+        partition: u32,
+        offset: u64,
+    ) -> Result<(Vec<u8>, Vec<u8>), GroupError> {
+        let at = i64::try_from(offset)
+            .map_err(|_| GroupError::Corrupt(format!("payload offset {offset}")))?;
+        let mut found = None;
+        self.log
+            .visit::<GroupError>(partition, at, at + 1, &mut |record| {
+                if record.offset == at {
+                    if let (Some(key), Some(value)) = (record.key, record.value) {
+                        found = Some((key.to_vec(), value.to_vec()));
+                    }
+                }
+                Ok(())
+            })?;
+        found.ok_or_else(|| {
+            GroupError::Corrupt(format!(
+                "no payload record at offset {offset} of partition {partition}"
+            ))
+        })
     }
 
     /// The offset the next payload record of `partition` gets (the engine is the log's only

@@ -14,7 +14,29 @@ pub(crate) fn integrity_append(
     end: u64,
     payload: &[u8],
 ) {
-    add_record(row, id, start, end, b"inline", &[payload]);
+    count_append(row, start, end);
+    add_digest(row, inline_digest(id, start, payload));
+}
+
+/// Counts one inline append whose digest is added later ([`add_digest`]): an append of
+/// [`crate::group::deferred_digests`].
+pub(crate) fn count_append(row: &mut StreamRow, start: u64, end: u64) {
+    if start != end {
+        row.total_records = row.total_records.saturating_add(1);
+    }
+}
+
+/// Adds record digests (a sum of [`inline_digest`]s) to the row's setsums.
+pub(crate) fn add_digest(row: &mut StreamRow, digest: setsum::Setsum) {
+    row.live_setsum += digest;
+    row.total_setsum += digest;
+}
+
+/// The record digest of the inline append of `payload` at stream offset `start` (the empty
+/// setsum for an empty payload, which is not a record).
+pub(crate) fn inline_digest(id: &BucketStreamId, start: u64, payload: &[u8]) -> setsum::Setsum {
+    let end = start + payload.len() as u64;
+    record_digest(id, start, end, b"inline", &[payload])
 }
 
 /// Records one accepted external append (its object path and size) in the integrity setsums.
@@ -27,27 +49,25 @@ pub(crate) fn integrity_external(
     object_size: u64,
 ) {
     let size = object_size.to_le_bytes();
-    add_record(
+    count_append(row, start, end);
+    add_digest(
         row,
-        id,
-        start,
-        end,
-        b"external",
-        &[s3_path.as_bytes(), &size],
+        record_digest(id, start, end, b"external", &[s3_path.as_bytes(), &size]),
     );
 }
 
-/// ursula's record digest: a tag, the stream id parts, the offsets, the kind, then the pieces.
-fn add_record(
-    row: &mut StreamRow,
+/// ursula's record digest: a tag, the stream id parts, the offsets, the kind, then the pieces
+/// (the empty setsum for an empty range, which is not a record).
+fn record_digest(
     id: &BucketStreamId,
     start: u64,
     end: u64,
     kind: &[u8],
     pieces: &[&[u8]],
-) {
+) -> setsum::Setsum {
+    let mut record = setsum::Setsum::default();
     if start == end {
-        return;
+        return record;
     }
     let start_b = start.to_le_bytes();
     let end_b = end.to_le_bytes();
@@ -71,9 +91,6 @@ fn add_record(
     };
     item.extend_from_slice(&[&start_b, &end_b, kind]);
     item.extend_from_slice(pieces);
-    let mut record = setsum::Setsum::default();
     record.insert_vectored(&item);
-    row.live_setsum += record;
-    row.total_setsum += record;
-    row.total_records = row.total_records.saturating_add(1);
+    record
 }
