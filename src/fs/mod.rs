@@ -184,8 +184,9 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     fn try_lock(&self) -> io::Result<bool>;
     /// A writable shared mapping of `[0, len)` of the file (`len` may exceed the file's current
     /// length: the file grows into it). Only bytes inside the file may be touched through it
-    /// (past the end a page access faults), so callers allocate ([`FileHandle::allocate`]) before
-    /// they write: a full disk then fails the allocation, never a page fault. The file must never
+    /// (past the end a page access faults), so callers size the file ([`FileHandle::set_len`])
+    /// and reserve its blocks ([`FileHandle::reserve`]) before they write: a full disk then fails
+    /// the reservation, never a page fault. The file must never
     /// be cut while the mapping lives.
     fn map_writable(&self, len: u64) -> io::Result<MapRef>;
 

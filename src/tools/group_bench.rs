@@ -347,8 +347,8 @@ pub async fn compare_group(
 const FLOOR_COMMAND_OVERHEAD: usize = 256;
 
 /// The disk's floor for `append_batch`: each batch's payload bytes (plus
-/// [`FLOOR_COMMAND_OVERHEAD`]) written at the end of what came before in one preallocated,
-/// written and synced file, then fdatasynced, batch after batch. No engine doing one durable
+/// `FLOOR_COMMAND_OVERHEAD`, 256 bytes) written at the end of what came before in one
+/// preallocated, written and synced file, then fdatasynced, batch after batch. No engine doing one durable
 /// write per command can beat it on this disk, so RocksDB's time over it is the highest ratio the
 /// `append_batch` row can reach.
 pub fn disk_floor(dir: &Path, w: &GroupWorkload) -> Result<AppendRun, String> {
