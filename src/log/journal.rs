@@ -151,29 +151,10 @@ pub fn decode_frame(buf: &[u8], seq: u64) -> Result<Frame, DecodeError> {
     })
 }
 
-/// Most bytes of a journal file of `capacity` bytes the preparer thread zeroes (writes and
-/// syncs) ahead of the writer at a time: a quarter of the file, 16 KiB to 16 MiB. Every
-/// preparation overlaps the rounds' fdatasyncs of the same file, and a round that starts while
-/// zeros are dirty writes them too; fewer, larger preparations cost the rounds less in all (one
-/// command at a time, 32 x 1 KiB each: 1 MiB chunks put 21-23% of the time in commands over
-/// 600 us, 16 MiB chunks 11-13%, p99 1.2 ms -> 0.42 ms, with one slower command per chunk).
+/// Bytes of a journal file of `capacity` bytes zeroed (written and synced) ahead of the writer
+/// at a time: a quarter of the file, 16 KiB to 1 MiB.
 pub fn prepare_chunk(capacity: u64) -> u64 {
-    (capacity / 4).clamp(16 << 10, 16 << 20)
-}
-
-/// The chunk the preparer zeroes next in a file of `capacity` bytes with `prepared` bytes
-/// prepared: as much as is prepared already, from [`inline_chunk`] to [`prepare_chunk`]. A
-/// file's chunks double as its writer proves busy, so a log that writes little never has more
-/// than its first chunk zeroed, and a busy one soon prepares 16 MiB at a time, each begun with
-/// half that still ahead of the writer.
-pub fn preparation_chunk(capacity: u64, prepared: u64) -> u64 {
-    prepared.clamp(inline_chunk(capacity), prepare_chunk(capacity))
-}
-
-/// Bytes zeroed at a time where a writer waits for it: a new file's first chunk, and space a
-/// writer that outran the preparer prepares itself. At most 1 MiB, so no append waits for more.
-pub fn inline_chunk(capacity: u64) -> u64 {
-    prepare_chunk(capacity).min(1 << 20)
+    (capacity / 4).clamp(16 << 10, 1 << 20)
 }
 
 /// The journal file being written.
@@ -254,7 +235,7 @@ impl JournalFile {
             path: path.clone(),
             file: zeroing.clone(),
             from: header,
-            to: capacity.min(inline_chunk(capacity)),
+            to: capacity.min(prepare_chunk(capacity)),
         };
         let made = file
             .write_at(&encode_journal_header(seq), 0)
@@ -294,11 +275,11 @@ impl JournalFile {
         self.capacity - self.len
     }
 
-    /// The next range to prepare, so that at least `bytes` more (and `chunk` more) can be
+    /// The next range to prepare, so that at least `bytes` more (and a chunk more) can be
     /// written; `None` when the file is prepared that far already or full.
-    fn next_preparation(&self, bytes: u64, chunk: u64) -> Option<Preparation> {
+    fn next_preparation(&self, bytes: u64) -> Option<Preparation> {
         let capacity = self.capacity;
-        let want = (self.len + bytes).max(self.prepared + chunk);
+        let want = (self.len + bytes).max(self.prepared + prepare_chunk(capacity));
         let to = want.min(capacity);
         (to > self.prepared).then(|| Preparation {
             seq: self.seq,
@@ -307,11 +288,6 @@ impl JournalFile {
             from: self.prepared,
             to,
         })
-    }
-
-    /// The chunk the preparer zeroes next ([`preparation_chunk`]).
-    fn preparation_chunk(&self) -> u64 {
-        preparation_chunk(self.capacity, self.prepared)
     }
 
     /// Adds a frame of `batch` (a sealed batch of `partition`) after the last one, in memory;
@@ -416,8 +392,7 @@ impl Journal {
         if self.preparing {
             return Ok(Room::Wait);
         }
-        let chunk = inline_chunk(self.current.capacity);
-        if let Some(p) = self.current.next_preparation(bytes, chunk) {
+        if let Some(p) = self.current.next_preparation(bytes) {
             p.run()?;
             self.current.prepared = p.to;
         }
@@ -439,14 +414,13 @@ impl Journal {
         Ok(())
     }
 
-    /// True when less than half the next chunk ([`JournalFile::preparation_chunk`]) is
-    /// prepared ahead (the chunk then has the time the writers take for that half), no
-    /// preparation runs and the file has room left to prepare. A log that writes less than half
-    /// its first chunk never prepares another.
+    /// True when less than half a chunk is prepared ahead (the next chunk then has the time
+    /// the writers take for that half), no preparation runs and the file has room left to
+    /// prepare. A log that writes less than half its first chunk never prepares another.
     pub fn wants_preparation(&self) -> bool {
         let ahead = self.current.prepared - self.current.len;
         !self.preparing
-            && ahead < self.current.preparation_chunk() / 2
+            && ahead < prepare_chunk(self.current.capacity) / 2
             && self.current.prepared < self.current.capacity
     }
 
@@ -456,9 +430,7 @@ impl Journal {
         if !self.wants_preparation() {
             return None;
         }
-        let p = self
-            .current
-            .next_preparation(0, self.current.preparation_chunk())?;
+        let p = self.current.next_preparation(0)?;
         self.preparing = true;
         Some(p)
     }
@@ -516,28 +488,6 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn preparation_chunks_double_from_the_inline_chunk_to_a_quarter_of_the_file() {
-        const MIB: u64 = 1 << 20;
-        let capacity = 64 * MIB;
-        assert_eq!(inline_chunk(capacity), MIB, "a new file's first chunk");
-        let mut prepared = inline_chunk(capacity);
-        let mut chunks = Vec::new();
-        while prepared < capacity {
-            let chunk = preparation_chunk(capacity, prepared);
-            chunks.push(chunk / MIB);
-            prepared = (prepared + chunk).min(capacity);
-        }
-        assert_eq!(chunks, [1, 2, 4, 8, 16, 16, 16]);
-        // Small files: a quarter of the file, at least 16 KiB, inline or not.
-        assert_eq!(preparation_chunk(64 << 10, 32), 16 << 10);
-        assert_eq!(preparation_chunk(64 << 10, 48 << 10), 16 << 10);
-        assert_eq!(inline_chunk(2 * MIB), 512 << 10);
-        assert_eq!(preparation_chunk(2 * MIB, MIB), 512 << 10);
-        // Large files stop at 16 MiB.
-        assert_eq!(preparation_chunk(4 << 30, 1 << 30), 16 * MIB);
-    }
 
     #[test]
     fn frames_round_trip_and_refuse_damage_and_stale_files() {
