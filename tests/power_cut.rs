@@ -24,7 +24,7 @@ use power_cut::backup_paths::Backup;
 use power_cut::coordination_paths::Coordination;
 use power_cut::group_paths::{Group, Upgrade};
 use power_cut::harness::{explore, explore_random, fail_each_operation, fill_disk_at_fractions};
-use power_cut::log_paths::{Appends, Compaction, Manifest, Retention};
+use power_cut::log_paths::{Appends, Compaction, JournalRecycling, Manifest, Retention};
 use power_cut::positions_paths::Positions;
 use strata::fs::OpKinds;
 
@@ -36,6 +36,11 @@ fn log_appends_and_rolls_survive_a_power_cut_at_every_sync_rename_and_unlink() {
 #[test]
 fn log_retention_survives_a_power_cut_at_every_sync_rename_and_unlink() {
     explore(&Retention, OpKinds::SYNC_RENAME_UNLINK);
+}
+
+#[test]
+fn recycled_journal_files_survive_a_power_cut_at_every_sync_rename_and_unlink() {
+    explore(&JournalRecycling, OpKinds::SYNC_RENAME_UNLINK);
 }
 
 #[test]
@@ -54,6 +59,7 @@ fn log_paths_answer_each_failed_operation_and_keep_working() {
     fail_each_operation(&Retention, 2);
     fail_each_operation(&Compaction, 2);
     fail_each_operation(&Manifest, 1);
+    fail_each_operation(&JournalRecycling, 1);
 }
 
 #[test]
@@ -61,6 +67,7 @@ fn log_paths_recover_once_a_full_disk_has_space_again() {
     fill_disk_at_fractions(&Appends);
     fill_disk_at_fractions(&Retention);
     fill_disk_at_fractions(&Compaction);
+    fill_disk_at_fractions(&JournalRecycling);
 }
 
 #[test]

@@ -249,7 +249,63 @@ impl JournalFile {
             }
             return Err(e);
         }
-        Ok(Self {
+        Ok(Self::opened(
+            seq,
+            path,
+            (file, zeroing),
+            capacity,
+            first.to,
+            base_lsn,
+        ))
+    }
+
+    /// Makes `spare`, a file every frame of which a checkpoint has covered, journal file `seq`:
+    /// renames it, writes and syncs the new header over the old one, then syncs the directory.
+    /// No frame is written before all three, and the old frames that follow carry an older
+    /// sequence, so replay reads none of them; the blocks the old file wrote are reused as
+    /// they are, so no zeros are written and nothing is unlinked (format/JOURNAL.md,
+    /// "Recycled files"). On failure the spare is given up: renamed, it is replaced by the next
+    /// file's creation; under its old name, it waits for the next open, whose replay finds its
+    /// frames covered and deletes it with the other journal files.
+    pub fn recycle(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        spare: &Path,
+        seq: u64,
+        (capacity, base_lsn): (u64, u64),
+    ) -> StoreResult<Self> {
+        let path = dir.join(journal_file_name(seq));
+        fs.rename(spare, &path).at(spare)?;
+        let file = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
+        file.write_at(&encode_journal_header(seq), 0).at(&path)?;
+        file.sync_data().at(&path)?;
+        sync_dir(fs, dir)?;
+        // Every byte below the old file's length was written (zeros or frames) and synced.
+        let written = file.len().at(&path)?;
+        let zeroing = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
+        let prepared = written.clamp(JOURNAL_HEADER_LEN as u64, capacity);
+        Ok(Self::opened(
+            seq,
+            path,
+            (file, zeroing),
+            capacity,
+            prepared,
+            base_lsn,
+        ))
+    }
+
+    /// A journal file whose header is durable and whose first `prepared` bytes are written and
+    /// synced, with no frame yet.
+    fn opened(
+        seq: u64,
+        path: PathBuf,
+        (file, zeroing): (FileRef, FileRef),
+        capacity: u64,
+        prepared: u64,
+        base_lsn: u64,
+    ) -> Self {
+        let header = JOURNAL_HEADER_LEN as u64;
+        Self {
             seq,
             path,
             file,
@@ -259,10 +315,10 @@ impl JournalFile {
             gate: SyncGate::default(),
             zeroing,
             len: header,
-            prepared: first.to,
+            prepared,
             synced: header,
             base_lsn,
-        })
+        }
     }
 
     /// Journal position after the last frame written.
@@ -372,6 +428,9 @@ pub(crate) struct Journal {
     pub current: JournalFile,
     /// Replaced files with the journal position their frames end at.
     pub retired: Vec<(u64, PathBuf)>,
+    /// A file a checkpoint has covered, kept (under its old name) to become the next file
+    /// instead of creating and zeroing one.
+    pub spare: Option<PathBuf>,
     /// Why the last sync failed; writes are refused until a re-sync succeeds.
     pub poisoned: Option<String>,
     /// A preparation runs outside the lock.
@@ -402,13 +461,13 @@ impl Journal {
     fn next_file(&mut self, bytes: u64) -> StoreResult<()> {
         self.current.flush_and_sync()?;
         let capacity = self.capacity.max(bytes + JOURNAL_HEADER_LEN as u64);
-        let next = JournalFile::create(
-            &*self.fs,
-            &self.dir,
-            self.current.seq + 1,
-            capacity,
-            self.current.lsn(),
-        )?;
+        let (seq, lsn) = (self.current.seq + 1, self.current.lsn());
+        let next = match self.spare.take() {
+            Some(spare) => {
+                JournalFile::recycle(&*self.fs, &self.dir, &spare, seq, (capacity, lsn))?
+            }
+            None => JournalFile::create(&*self.fs, &self.dir, seq, capacity, lsn)?,
+        };
         let old = std::mem::replace(&mut self.current, next);
         self.retired.push((old.lsn(), old.path));
         Ok(())
@@ -467,14 +526,25 @@ impl Journal {
     pub fn retire_current(&mut self) -> StoreResult<()> {
         let end = self.current.lsn();
         self.retired.push((end, self.current.path.clone()));
-        self.drop_retired(end)
+        self.drop_retired(end)?;
+        // A closed log leaves no journal file behind, a spare neither.
+        if let Some(spare) = self.spare.take() {
+            remove_if_present(&*self.fs, &spare)?;
+            sync_dir(&*self.fs, &self.dir)?;
+        }
+        Ok(())
     }
 
-    /// Deletes (durably) the retired files whose frames all lie before `lsn`.
+    /// Deletes (durably) the retired files whose frames all lie before `lsn`, except the newest
+    /// of them when no spare is kept: that one becomes the spare.
     pub fn drop_retired(&mut self, lsn: u64) -> StoreResult<()> {
-        let (gone, kept): (Vec<_>, Vec<_>) =
+        let (mut gone, kept): (Vec<_>, Vec<_>) =
             self.retired.drain(..).partition(|(end, _)| *end <= lsn);
         self.retired = kept;
+        if self.spare.is_none() {
+            // The newest covered file is kept to be recycled (no unlink, no zeros to write).
+            self.spare = gone.pop().map(|(_, path)| path);
+        }
         for (_, path) in &gone {
             remove_if_present(&*self.fs, path)?;
         }

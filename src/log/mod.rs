@@ -519,6 +519,17 @@ impl Log {
         }
     }
 
+    /// A checkpoint (blocking): syncs every partition's active segment, records in its index the
+    /// length now durable, and lets go of the journal files that covers (one is kept to be
+    /// recycled as the next file). The background thread runs one once a journal file fills;
+    /// this runs one now. For a log without a journal it is a sync of every partition.
+    pub fn checkpoint_blocking(&self) -> StoreResult<()> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        self.inner.checkpoint()
+    }
+
     /// What replaying the journal did when the log was opened.
     pub fn replay_report(&self) -> ReplayReport {
         self.inner.replay
@@ -572,6 +583,7 @@ fn open_journal(fs: &Fs, dir: &Path, seq: u64, options: &LogOptions) -> StoreRes
         capacity: options.journal_bytes,
         current,
         retired: Vec::new(),
+        spare: None,
         poisoned: None,
         preparing: false,
     })

@@ -96,7 +96,9 @@ pub struct LogOptions {
     /// bounded by `max_unsynced_bytes` instead. Default 4096.
     pub max_group_commit: usize,
     /// Bytes each journal file of a `Durability::Sync` log may hold before the next one starts
-    /// (a checkpoint then lets the old one go). Default 64 MiB; 64 KiB ..= 4 GiB.
+    /// (a checkpoint then lets the old one go, keeping the newest file it covers to be recycled
+    /// as the next one: a busy log's journal holds up to three files, the current one, one
+    /// awaiting its checkpoint and the spare). Default 64 MiB; 64 KiB ..= 4 GiB.
     pub journal_bytes: u64,
     /// Bytes appended but not yet durable after which appends wait: in the journal of a Sync
     /// log (an appender waits for a round before adding its frames; the whole log's bound, give

@@ -620,3 +620,92 @@ impl Workload for Manifest {
         acks.tally.outcome()
     }
 }
+
+// ---------------------------------------------------------------- recycled journal files
+
+fn recycling_options() -> LogOptions {
+    // Each round's appends overflow a 64 KiB journal file; a checkpoint then covers it, so the
+    // next file the journal starts is that one, recycled.
+    LogOptions::default()
+        .with_segment_bytes(16 << 10)
+        .with_journal_bytes(64 << 10)
+}
+
+/// Appends that fill journal files, with checkpoints between: every file after the second is a
+/// recycled one (renamed, its header rewritten, its old frames left behind it).
+pub struct JournalRecycling;
+
+/// What the appends acknowledged.
+#[derive(Debug, Default)]
+pub struct RecyclingAcks {
+    pub records: BTreeMap<i64, Bytes>,
+    pub tally: Tally,
+}
+
+impl Workload for JournalRecycling {
+    type Acks = RecyclingAcks;
+
+    fn name(&self) -> &'static str {
+        "journal recycling"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut RecyclingAcks, between: &dyn Fn()) {
+        let Some((store, log)) = open_log(
+            disk,
+            (&mut acks.tally, between),
+            "recycled",
+            1,
+            recycling_options(),
+        ) else {
+            return;
+        };
+        let rt = runtime();
+        for round in 0..5 {
+            if round == 3 {
+                between();
+                acks.tally.halfway = true;
+            }
+            for i in 0..12 {
+                if disk.dead() {
+                    return;
+                }
+                let value = payload(round * 100 + i, 0, 0, 1, 6 << 10);
+                match rt.block_on(log.append(0, vec![NewRecord::value(3, value.clone())])) {
+                    Ok((offset, _)) => {
+                        acks.records.insert(offset, value);
+                    }
+                    Err(_) => acks.tally.error(),
+                }
+            }
+            if log.checkpoint_blocking().is_err() {
+                acks.tally.error();
+            }
+        }
+        acks.tally.probe_ok = !disk.dead() && rt.block_on(probe(&log, 1));
+        let _ = store.close_blocking();
+    }
+
+    fn check(&self, root: &Path, acks: &RecyclingAcks) {
+        let (disk, store) = open_image(root);
+        let log = store.open_log("recycled", 1, recycling_options()).unwrap();
+        let records: BTreeMap<i64, Bytes> = all_records(&log, 0)
+            .into_iter()
+            .map(|r| (r.offset, r.value.unwrap()))
+            .collect();
+        for (offset, value) in &acks.records {
+            assert_eq!(
+                records.get(offset),
+                Some(value),
+                "acknowledged offset {offset} lost"
+            );
+        }
+        for (i, offset) in records.keys().enumerate() {
+            assert_eq!(*offset, i as i64, "offsets are dense from 0");
+        }
+        verify_clean(&disk, store);
+    }
+
+    fn outcome(&self, acks: &RecyclingAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+}
