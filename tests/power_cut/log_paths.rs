@@ -315,6 +315,70 @@ impl Workload for Appends {
     }
 }
 
+// ---------------------------------------------------------------- rounds of appends
+
+/// Rounds of 12 appends of one `pad`-byte record each to partition 0, each round followed by a
+/// pass (retention, a checkpoint), the halfway mark before round 3, then the probe.
+struct AppendRounds {
+    rounds: u64,
+    pad: usize,
+}
+
+impl AppendRounds {
+    /// Runs the rounds, recording acknowledged records; `pass` says whether its pass succeeded.
+    fn run(
+        &self,
+        disk: &Disk,
+        log: &Log,
+        (records, tally): (&mut BTreeMap<i64, Bytes>, &mut Tally),
+        between: &dyn Fn(),
+        mut pass: impl FnMut() -> bool,
+    ) {
+        let rt = runtime();
+        for round in 0..self.rounds {
+            if round == 3 {
+                between();
+                tally.halfway = true;
+            }
+            for i in 0..12 {
+                if disk.dead() {
+                    return;
+                }
+                let value = payload(round * 100 + i, 0, 0, 1, self.pad);
+                match rt.block_on(log.append(0, vec![NewRecord::value(3, value.clone())])) {
+                    Ok((offset, _)) => {
+                        records.insert(offset, value);
+                    }
+                    Err(_) => tally.error(),
+                }
+            }
+            if !pass() {
+                tally.error();
+            }
+        }
+        tally.probe_ok = !disk.dead() && rt.block_on(probe(log, 1));
+    }
+}
+
+/// Asserts that every acknowledged record of partition 0 is in `log`; returns its records.
+fn assert_acknowledged<'a>(
+    log: &Log,
+    acknowledged: impl Iterator<Item = (&'a i64, &'a Bytes)>,
+) -> BTreeMap<i64, Bytes> {
+    let records: BTreeMap<i64, Bytes> = all_records(log, 0)
+        .into_iter()
+        .map(|r| (r.offset, r.value.unwrap()))
+        .collect();
+    for (offset, value) in acknowledged {
+        assert_eq!(
+            records.get(offset),
+            Some(value),
+            "acknowledged offset {offset} lost"
+        );
+    }
+    records
+}
+
 // ---------------------------------------------------------------- retention
 
 fn retention_options() -> LogOptions {
@@ -358,30 +422,24 @@ impl Workload for Retention {
         ) else {
             return;
         };
-        let rt = runtime();
-        for round in 0..6 {
-            if round == 3 {
-                between();
-                acks.tally.halfway = true;
-            }
-            for i in 0..12 {
-                if disk.dead() {
-                    return;
+        let low_water_mark = &mut acks.low_water_mark;
+        let rounds = AppendRounds {
+            rounds: 6,
+            pad: 500,
+        };
+        rounds.run(
+            disk,
+            &log,
+            (&mut acks.records, &mut acks.tally),
+            between,
+            || {
+                let passed = log.apply_retention(strata::now_ms());
+                if passed.is_ok() {
+                    *low_water_mark = log.low_water_mark(0).unwrap();
                 }
-                let value = payload(round * 100 + i, 0, 0, 1, 500);
-                match rt.block_on(log.append(0, vec![NewRecord::value(3, value.clone())])) {
-                    Ok((offset, _)) => {
-                        acks.records.insert(offset, value);
-                    }
-                    Err(_) => acks.tally.error(),
-                }
-            }
-            match log.apply_retention(strata::now_ms()) {
-                Ok(_) => acks.low_water_mark = log.low_water_mark(0).unwrap(),
-                Err(_) => acks.tally.error(),
-            }
-        }
-        acks.tally.probe_ok = !disk.dead() && rt.block_on(probe(&log, 1));
+                passed.is_ok()
+            },
+        );
         let _ = store.close_blocking();
     }
 
@@ -394,17 +452,7 @@ impl Workload for Retention {
             "retention came undone: low-water mark {low}, acknowledged {}",
             acks.low_water_mark
         );
-        let records: BTreeMap<i64, Bytes> = all_records(&log, 0)
-            .into_iter()
-            .map(|r| (r.offset, r.value.unwrap()))
-            .collect();
-        for (offset, value) in acks.records.range(low..) {
-            assert_eq!(
-                records.get(offset),
-                Some(value),
-                "acknowledged offset {offset} lost"
-            );
-        }
+        assert_acknowledged(&log, acks.records.range(low..));
         verify_clean(&disk, store);
     }
 
@@ -659,46 +707,24 @@ impl Workload for JournalRecycling {
         ) else {
             return;
         };
-        let rt = runtime();
-        for round in 0..5 {
-            if round == 3 {
-                between();
-                acks.tally.halfway = true;
-            }
-            for i in 0..12 {
-                if disk.dead() {
-                    return;
-                }
-                let value = payload(round * 100 + i, 0, 0, 1, 6 << 10);
-                match rt.block_on(log.append(0, vec![NewRecord::value(3, value.clone())])) {
-                    Ok((offset, _)) => {
-                        acks.records.insert(offset, value);
-                    }
-                    Err(_) => acks.tally.error(),
-                }
-            }
-            if log.checkpoint_blocking().is_err() {
-                acks.tally.error();
-            }
-        }
-        acks.tally.probe_ok = !disk.dead() && rt.block_on(probe(&log, 1));
+        let rounds = AppendRounds {
+            rounds: 5,
+            pad: 6 << 10,
+        };
+        rounds.run(
+            disk,
+            &log,
+            (&mut acks.records, &mut acks.tally),
+            between,
+            || log.checkpoint_blocking().is_ok(),
+        );
         let _ = store.close_blocking();
     }
 
     fn check(&self, root: &Path, acks: &RecyclingAcks) {
         let (disk, store) = open_image(root);
         let log = store.open_log("recycled", 1, recycling_options()).unwrap();
-        let records: BTreeMap<i64, Bytes> = all_records(&log, 0)
-            .into_iter()
-            .map(|r| (r.offset, r.value.unwrap()))
-            .collect();
-        for (offset, value) in &acks.records {
-            assert_eq!(
-                records.get(offset),
-                Some(value),
-                "acknowledged offset {offset} lost"
-            );
-        }
+        let records = assert_acknowledged(&log, acks.records.iter());
         for (i, offset) in records.keys().enumerate() {
             assert_eq!(*offset, i as i64, "offsets are dense from 0");
         }
