@@ -520,7 +520,7 @@ impl Log {
     }
 
     /// A checkpoint (blocking): syncs every partition's active segment, records in its index the
-    /// length now durable, and lets go of the journal files that covers (one is kept to be
+    /// length now durable, and lets go of the journal files it covers (one is kept to be
     /// recycled as the next file). The background thread runs one once a journal file fills;
     /// this runs one now. For a log without a journal it is a sync of every partition.
     pub fn checkpoint_blocking(&self) -> StoreResult<()> {
