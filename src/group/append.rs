@@ -14,7 +14,7 @@ use ursula_stream::{
 };
 
 use super::deferred_digests::DeferredDigest;
-use super::integrity::integrity_external;
+use super::integrity::{count_append, integrity_external};
 use super::lifecycle::validate_producer;
 use super::payload::PayloadLog;
 use super::producers::{producer_item, ProducerDecision};
@@ -87,22 +87,22 @@ impl DiskGroupEngine {
         tx: &mut Tx,
         input: AppendInput,
     ) -> Result<Result<PlannedAppend, AppendOutcome>, GroupEngineError> {
-        let id = input.stream_id.clone();
-        self.validate_scope(&tx.state, &id)?;
+        let id = &input.stream_id;
+        self.validate_scope(&tx.state, id)?;
         validate_producer(input.producer.as_ref())?;
-        if !tx.state.streams.contains_key(&id) {
-            return Err(not_found(&id));
+        if !tx.state.streams.contains_key(id) {
+            return Err(not_found(id));
         }
-        if self.expire_if_due(tx, &id, input.now_ms) {
-            return Err(not_found(&id));
+        if self.expire_if_due(tx, id, input.now_ms) {
+            return Err(not_found(id));
         }
         if let ProducerDecision::Duplicate { receipt, producer } =
-            self.evaluate_producer(&tx.state, &id, input.producer.as_ref())?
+            self.evaluate_producer(&tx.state, id, input.producer.as_ref())?
         {
             if input.payload.is_empty() {
                 let record_range = self.record_range_for(
                     &tx.state,
-                    &id,
+                    id,
                     receipt.next_offset,
                     receipt.next_offset,
                     input.producer.as_ref(),
@@ -115,7 +115,7 @@ impl DiskGroupEngine {
             }
             let record_range = self.record_range_for(
                 &tx.state,
-                &id,
+                id,
                 receipt.start_offset,
                 receipt.next_offset,
                 Some(&producer),
@@ -130,7 +130,7 @@ impl DiskGroupEngine {
             }));
         }
         if let Some(expected) = input.record_match {
-            let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+            let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
             records::check_record_match(row, expected)?;
         }
         let ends = match &input.content_type {
@@ -138,26 +138,26 @@ impl DiskGroupEngine {
             None => Vec::new(),
         };
         {
-            let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+            let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
             records::prepare(row, input.payload.len() as u64, &ends)?;
         }
         if !input.payload.is_empty() {
             self.check_retained_quota(&tx.state, &id.bucket_id, input.payload.len() as u64)?;
         }
-        let row = tx.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
+        let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
         let m = &row.metadata;
         if is_closed(m) {
             if input.close_after && input.payload.is_empty() {
                 let tail = m.tail_offset;
                 let record_range =
-                    self.record_range_for(&tx.state, &id, tail, tail, input.producer.as_ref())?;
+                    self.record_range_for(&tx.state, id, tail, tail, input.producer.as_ref())?;
                 return Ok(Err(AppendOutcome::Closed {
                     next_offset: tail,
                     deduplicated: false,
                     record_range,
                 }));
             }
-            return Err(closed_error(&id, m));
+            return Err(closed_error(id, m));
         }
         if input.payload.is_empty() && !input.close_after {
             return Err(stream_error(
@@ -186,7 +186,7 @@ impl DiskGroupEngine {
         log_offset: Option<u64>,
     ) -> Result<AppendOutcome, GroupEngineError> {
         let input = plan.input;
-        let id = input.stream_id.clone();
+        let id = input.stream_id;
         let len = input.payload.len() as u64;
         // The planned state's copy of the row (made by its first change in this command).
         let mut row = tx
@@ -196,7 +196,7 @@ impl DiskGroupEngine {
             .ok_or_else(|| not_found(&id))?;
         let offset = row.metadata.tail_offset;
         row.metadata.tail_offset = offset.saturating_add(len);
-        if let Some(seq) = input.stream_seq.clone() {
+        if let Some(seq) = input.stream_seq {
             row.metadata.last_stream_seq = Some(seq);
         }
         renew_ttl(&mut row.metadata, input.now_ms);
@@ -209,15 +209,14 @@ impl DiskGroupEngine {
             first_record: c.next,
             next_record: c.next + plan.ends.len() as u64,
         });
-        let mut messages = Vec::new();
-        if let Some(log_offset) = log_offset {
+        if log_offset.is_some() {
             row.append_count += 1;
-            messages.push((offset, next_offset, log_offset));
+            count_append(&mut row, offset, next_offset);
         }
         let partition = row.partition;
         drop(row);
         if let Some(log_offset) = log_offset {
-            tx.append_digest(DeferredDigest {
+            tx.defer_digest(DeferredDigest {
                 id: id.clone(),
                 start: offset,
                 payload: input.payload.clone(),
@@ -226,16 +225,12 @@ impl DiskGroupEngine {
             });
         }
         self.commit_records(tx, &id, offset, &plan.ends);
-        for (offset, next_offset, log_offset) in messages {
-            tx.put_message(
-                &id,
-                partition,
-                offset,
-                MessageRow {
-                    end_offset: next_offset,
-                    log_offset,
-                },
-            );
+        if let Some(log_offset) = log_offset {
+            let row = MessageRow {
+                end_offset: next_offset,
+                log_offset,
+            };
+            tx.put_message(&id, partition, offset, row);
         }
         if let Some(p) = &input.producer {
             let item = producer_item(offset, next_offset, closed, record_range);
@@ -638,6 +633,7 @@ impl DiskGroupEngine {
             let end = start + payload.len() as u64;
             row.metadata.tail_offset = end;
             row.append_count += 1;
+            count_append(&mut row, start, end);
             messages.push((start, end, *log_offset));
             let record_start = next_record;
             next_record = next_record.map(|n| n + ends.len() as u64);
@@ -654,7 +650,7 @@ impl DiskGroupEngine {
         let partition = row.partition;
         drop(row);
         for ((start, _, log_offset), payload) in messages.iter().zip(&payloads) {
-            tx.append_digest(DeferredDigest {
+            tx.defer_digest(DeferredDigest {
                 id: id.clone(),
                 start: *start,
                 payload: payload.clone(),

@@ -8,7 +8,7 @@ use ursula_shard::BucketStreamId;
 use super::cold_tier::runtime_index::{collected_pages, pages_of, PageMarks};
 use super::db::Writes;
 use super::deferred_digests::{DeferredDigest, DeferredDigests, DigestJob, DigestSums};
-use super::state::integrity::{add_digest, count_append};
+use super::state::integrity::add_digest;
 use super::state::GroupState;
 
 /// One command's change: the group state it leaves and the [`Writes`] that persist it.
@@ -76,16 +76,10 @@ impl Tx {
         (self.state, self.cold_pages)
     }
 
-    /// Counts an inline append in its stream's row (which the plan changed already) and leaves
-    /// its integrity digest to the commit ([`Self::seal`]).
-    pub fn append_digest(&mut self, digest: DeferredDigest) {
-        if let Some(mut row) = self.state.streams.get_mut(&digest.id) {
-            count_append(
-                &mut row,
-                digest.start,
-                digest.start + digest.payload.len() as u64,
-            );
-        }
+    /// Leaves the integrity digest of an inline append to the commit ([`Self::seal`]); the
+    /// plan counted the append in its stream's row already
+    /// ([`crate::group::state::integrity::count_append`]).
+    pub fn defer_digest(&mut self, digest: DeferredDigest) {
         self.digests.push(digest);
     }
 
