@@ -20,7 +20,7 @@ use crate::group::rows::{
     decode_row, encode_row, GcRow, MessageRow, ProducerRow, QuotaRow, ReceiptRow, StreamRow,
     UsageRow,
 };
-use crate::group::state::GroupState;
+use crate::group::state::{ByStream, GroupState};
 use crate::group::streams::Streams;
 use crate::group::GroupError;
 use crate::StoreError;
@@ -524,7 +524,7 @@ impl GroupDb {
             expiry_floor: u64::MAX,
             ..GroupState::default()
         };
-        let mut rows: imbl::HashMap<BucketStreamId, StreamRow> = imbl::HashMap::new();
+        let mut rows: ByStream<StreamRow> = ByStream::default();
         self.scan(CF_BUCKETS, &[], &[], |k, _| {
             let bucket = String::from_utf8(k.to_vec())
                 .map_err(|_| GroupError::Corrupt("bucket key".into()))?;

@@ -4,23 +4,21 @@
 
 use std::ops::{Deref, DerefMut};
 
-use imbl::HashMap;
-
 use ursula_shard::BucketStreamId;
 
 use crate::group::rows::StreamRow;
-use crate::group::state::GroupState;
+use crate::group::state::{ByStream, GroupState};
 
 /// Stream rows by id; read through `Deref`, changed only through the methods below.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Streams {
-    rows: HashMap<BucketStreamId, StreamRow>,
+    rows: ByStream<StreamRow>,
     /// Sum of [`GroupState::stream_hot_bytes`] over `rows`.
     hot: u64,
 }
 
 impl Deref for Streams {
-    type Target = HashMap<BucketStreamId, StreamRow>;
+    type Target = ByStream<StreamRow>;
 
     fn deref(&self) -> &Self::Target {
         &self.rows
@@ -29,7 +27,7 @@ impl Deref for Streams {
 
 impl Streams {
     /// Rows loaded from disk.
-    pub fn from_rows(rows: HashMap<BucketStreamId, StreamRow>) -> Self {
+    pub fn from_rows(rows: ByStream<StreamRow>) -> Self {
         let hot = rows.values().map(GroupState::stream_hot_bytes).sum();
         Self { rows, hot }
     }
