@@ -20,7 +20,7 @@ use crate::group::rows::{GcRow, ProducerRow, QuotaRow, StreamRow, UsageRow};
 use crate::group::streams::Streams;
 
 /// The hasher of the maps keyed by stream id: aHash, keyed at random per process, which hashes
-/// a short id several times faster than the standard SipHash while callers still cannot choose
+/// a short id faster than the standard SipHash while callers still cannot choose
 /// ids that collide.
 pub(crate) type IdHasher = ahash::RandomState;
 
