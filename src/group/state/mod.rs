@@ -19,9 +19,8 @@ use ursula_stream::{StreamMetadata, StreamStatus};
 use crate::group::rows::{GcRow, ProducerRow, QuotaRow, StreamRow, UsageRow};
 use crate::group::streams::Streams;
 
-/// The hasher of the maps keyed by stream id: aHash, keyed at random per process, which hashes
-/// a short id faster than the standard SipHash while callers still cannot choose
-/// ids that collide.
+/// The hasher of the maps keyed by stream id: aHash, faster than the standard SipHash on a short
+/// id, with keys drawn at random per process so callers cannot predict which ids collide.
 pub(crate) type IdHasher = ahash::RandomState;
 
 /// A persistent map keyed by stream id.
