@@ -215,15 +215,6 @@ impl DiskGroupEngine {
         }
         let partition = row.partition;
         drop(row);
-        if let Some(log_offset) = log_offset {
-            tx.defer_digest(DeferredDigest {
-                id: id.clone(),
-                start: offset,
-                payload: input.payload.clone(),
-                partition,
-                log_offset,
-            });
-        }
         self.commit_records(tx, &id, offset, &plan.ends);
         if let Some(log_offset) = log_offset {
             let row = MessageRow {
@@ -231,6 +222,13 @@ impl DiskGroupEngine {
                 log_offset,
             };
             tx.put_message(&id, partition, offset, row);
+            tx.defer_digest(DeferredDigest {
+                id: id.clone(),
+                start: offset,
+                payload: input.payload.clone(),
+                partition,
+                log_offset,
+            });
         }
         if let Some(p) = &input.producer {
             let item = producer_item(offset, next_offset, closed, record_range);
