@@ -505,6 +505,7 @@ impl DiskGroupEngine {
             items.push(item);
         }
         if !payloads.is_empty() {
+            tx.start_digests_early();
             let offsets = self
                 .payloads
                 .append(id, partition, &payloads, now_ms)

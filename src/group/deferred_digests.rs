@@ -2,17 +2,20 @@
 //! commit record syncs (format/GROUP_STATE.md, "Deferred digests").
 //!
 //! ursula's per-stream integrity setsum takes one SHA3 digest per append over its bytes: about
-//! 2.5 ns a byte here, 80 us for an `append_batch` of 32 KiB, a third of the command. Nothing
+//! 2.5 ns a byte here one at a time, 80-100 us for an `append_batch` of 32 KiB, and about a
+//! third of that hashed four at a time ([`crate::group::state::sha3_x4`], as every side of a job
+//! here does). Nothing
 //! in the commit record needs it before the record is durable, and the fdatasync that makes it
 //! durable leaves the CPU idle for longer than that. So a command whose inline appends reach
 //! [`DEFER_MIN_BYTES`] writes its stream rows without their digests plus one digest op per
 //! append (the payload record, which holds the bytes, and the stream offset), hands the hashing
-//! to a helper thread, and adds the sums to its rows (in memory and in the RocksDB write) once
-//! the record is synced. Replay computes the same sums from the payload records. Smaller
+//! to a helper thread as soon as it has planned its appends (so the helper hashes while the
+//! payloads are written and the record is built, as well as during the sync), and adds the sums
+//! to its rows (in memory and in the RocksDB write) once the record is synced. Replay computes the same sums from the payload records. Smaller
 //! commands hash inline while sealing: handing off costs more than it saves.
 //!
 //! The helper is one thread per process. Once the record is synced the caller shares the job:
-//! both claim the next unhashed append in turn, so a helper that started late leaves the rest
+//! both claim the next four unhashed appends in turn, so a helper that started late leaves the rest
 //! to the caller (who used to take a job back whole when the helper had not begun it: one
 //! command in ~11 then hashed all 32 KiB after its sync), and a busy helper never makes a
 //! command slower than hashing inline would.
@@ -25,7 +28,7 @@ use bytes::Bytes;
 use ursula_shard::BucketStreamId;
 
 use super::commit_record::Op;
-use super::state::integrity::inline_digest;
+use super::state::integrity::{inline_digest, inline_digests, InlineAppend};
 
 /// Inline bytes a command must append for its digests to be deferred (below, they are hashed
 /// while sealing: handing off and patching rows costs about as much as hashing 8 KiB).
@@ -52,8 +55,13 @@ pub(crate) type DigestSums = Vec<(BucketStreamId, setsum::Setsum)>;
 /// The inline appends of one command whose digests are not yet in their rows.
 #[derive(Debug, Default)]
 pub(crate) struct DeferredDigests {
+    /// Appends not yet handed to the helper.
     items: Vec<DeferredDigest>,
+    /// Bytes of every append pushed (handed to the helper or not).
     bytes: usize,
+    /// The appends handed to the helper as soon as the command had planned them
+    /// ([`Self::start_early`]), before its payloads were written.
+    early: Option<Arc<JobSlot>>,
 }
 
 impl DeferredDigests {
@@ -72,47 +80,84 @@ impl DeferredDigests {
 
     /// The digest op of every append, for the commit record.
     pub fn ops(&self) -> impl Iterator<Item = Op<'static>> + '_ {
-        self.items.iter().map(|d| Op::Digest {
+        let early = self.early.iter().flat_map(|slot| slot.items.iter());
+        early.chain(&self.items).map(|d| Op::Digest {
             partition: d.partition,
             offset: d.log_offset,
             start: d.start,
         })
     }
 
-    /// Hashes every append now, in this thread.
+    /// Hashes every append now, in this thread (those handed to the helper early included:
+    /// the caller shares them, as [`DigestJob::wait`] does).
     pub fn compute(self) -> DigestSums {
-        sum_digests(self.items)
+        match self.early {
+            Some(slot) => DigestJob {
+                slot,
+                late: self.items,
+            }
+            .wait(),
+            None => sum_digests(self.items),
+        }
+    }
+
+    /// Hands the appends pushed so far to the helper thread at once, when they are worth
+    /// deferring: a command calls it as soon as it has planned its appends, so the helper hashes
+    /// while the payloads are written and the commit record is built, not only during the sync
+    /// (with 32 KiB to hash, a helper started at the sync left a quarter of it to the caller
+    /// after the sync). Appends pushed later are hashed by the caller in [`DigestJob::wait`].
+    pub fn start_early(&mut self) {
+        if self.early.is_none() && self.worth_deferring() && !self.items.is_empty() {
+            self.early = Some(hand_to_helper(std::mem::take(&mut self.items)));
+        }
     }
 
     /// Hands the hashing to the helper thread (or leaves it for [`DigestJob::wait`] when there
     /// is none); `None` when there is nothing to hash.
     pub fn start(self) -> Option<DigestJob> {
-        if self.items.is_empty() {
-            return None;
-        }
-        let job = Arc::new(JobSlot {
-            results: Mutex::new(JobState {
-                digests: vec![None; self.items.len()],
-                next: 0,
-                helper: Helper::Idle,
+        match self.early {
+            Some(slot) => Some(DigestJob {
+                slot,
+                late: self.items,
             }),
-            items: self.items,
-            done: Condvar::new(),
-        });
-        if let Some(helper) = helper() {
-            let sent = lock(helper).send(Arc::clone(&job));
-            if sent.is_err() {
-                tracing::warn!("the digest helper thread is gone; digests are hashed inline");
-            }
+            None if self.items.is_empty() => None,
+            None => Some(DigestJob {
+                slot: hand_to_helper(self.items),
+                late: Vec::new(),
+            }),
         }
-        Some(DigestJob(job))
     }
+}
+
+/// A job of `items`, sent to the helper thread (if there is one: else its caller hashes it).
+fn hand_to_helper(items: Vec<DeferredDigest>) -> Arc<JobSlot> {
+    let job = Arc::new(JobSlot::new(items));
+    if let Some(helper) = helper() {
+        let sent = lock(helper).send(Arc::clone(&job));
+        if sent.is_err() {
+            tracing::warn!("the digest helper thread is gone; digests are hashed inline");
+        }
+    }
+    job
 }
 
 /// The record digests of `items`, summed per stream.
 fn sum_digests(items: Vec<DeferredDigest>) -> DigestSums {
-    let digests = items.iter().map(digest_of).collect();
+    let digests = digests_of(&items);
     sum_per_stream(&items, digests)
+}
+
+/// Appends the helper or the caller claims at a time: the batched hash works on four at once
+/// ([`crate::group::state::sha3_x4`]).
+const CLAIM: usize = 4;
+
+/// The record digests of `items`, in order, hashed four at a time.
+fn digests_of(items: &[DeferredDigest]) -> Vec<setsum::Setsum> {
+    let appends: Vec<InlineAppend<'_>> = items
+        .iter()
+        .map(|d| (&d.id, d.start, d.payload.as_ref()))
+        .collect();
+    inline_digests(&appends)
 }
 
 /// The record digest of one append.
@@ -124,18 +169,30 @@ fn digest_of(d: &DeferredDigest) -> setsum::Setsum {
 fn sum_per_stream(items: &[DeferredDigest], digests: Vec<setsum::Setsum>) -> DigestSums {
     debug_assert_eq!(items.len(), digests.len());
     let mut sums: DigestSums = Vec::new();
-    for (d, digest) in items.iter().zip(digests) {
+    add_per_stream(&mut sums, items.iter().zip(digests));
+    sums
+}
+
+/// Adds each digest to its stream's sum in `sums` (a stream not there yet goes last).
+fn add_per_stream<'a>(
+    sums: &mut DigestSums,
+    digests: impl IntoIterator<Item = (&'a DeferredDigest, setsum::Setsum)>,
+) {
+    for (d, digest) in digests {
         match sums.iter_mut().find(|(id, _)| *id == d.id) {
             Some((_, sum)) => *sum += digest,
             None => sums.push((d.id.clone(), digest)),
         }
     }
-    sums
 }
 
-/// Hashing handed to the helper thread; the caller shares it once it waits.
+/// Hashing handed to the helper thread, which the caller shares once it waits, and the appends
+/// planned after it was handed over (the caller hashes those).
 #[derive(Debug)]
-pub(crate) struct DigestJob(Arc<JobSlot>);
+pub(crate) struct DigestJob {
+    slot: Arc<JobSlot>,
+    late: Vec<DeferredDigest>,
+}
 
 /// The appends of one job and who has hashed which. The helper and the waiting caller each
 /// claim the next unclaimed append, hash it outside the lock and store its digest, so a helper
@@ -170,23 +227,40 @@ enum Helper {
 }
 
 impl JobSlot {
-    /// Claims the next unclaimed append, if any (both sides call it with the lock held).
-    fn claim(state: &mut JobState) -> Option<usize> {
-        let i = state.next;
-        (i < state.digests.len()).then(|| {
-            state.next += 1;
-            i
+    /// A job no one has started.
+    fn new(items: Vec<DeferredDigest>) -> Self {
+        Self {
+            results: Mutex::new(JobState {
+                digests: vec![None; items.len()],
+                next: 0,
+                helper: Helper::Idle,
+            }),
+            items,
+            done: Condvar::new(),
+        }
+    }
+
+    /// Claims the next [`CLAIM`] unclaimed appends (fewer at the end), if any (both sides call
+    /// it with the lock held).
+    fn claim(state: &mut JobState) -> Option<std::ops::Range<usize>> {
+        let from = state.next;
+        let to = (from + CLAIM).min(state.digests.len());
+        (from < to).then(|| {
+            state.next = to;
+            from..to
         })
     }
 
     /// Hashes appends until none is left unclaimed; `state` is this side's lock on entry,
     /// returned held.
     fn hash_claimed<'a>(&'a self, mut state: MutexGuard<'a, JobState>) -> MutexGuard<'a, JobState> {
-        while let Some(i) = Self::claim(&mut state) {
+        while let Some(range) = Self::claim(&mut state) {
             drop(state);
-            let digest = digest_of(&self.items[i]);
+            let digests = digests_of(&self.items[range.clone()]);
             state = lock(&self.results);
-            state.digests[i] = Some(digest);
+            for (slot, digest) in state.digests[range].iter_mut().zip(digests) {
+                *slot = Some(digest);
+            }
         }
         state
     }
@@ -219,7 +293,7 @@ impl DigestJob {
     /// The sums: hashes the appends the helper has not claimed, waits for those it is
     /// hashing, and sums every digest per stream.
     pub fn wait(self) -> DigestSums {
-        let slot = &self.0;
+        let slot = &self.slot;
         let mut state = slot.hash_claimed(lock(&slot.results));
         while state.helper == Helper::Hashing {
             state = slot.done.wait(state).unwrap_or_else(|p| p.into_inner());
@@ -231,7 +305,9 @@ impl DigestJob {
             .zip(&slot.items)
             .map(|(digest, d)| digest.unwrap_or_else(|| digest_of(d)))
             .collect();
-        sum_per_stream(&slot.items, digests)
+        let mut sums = sum_per_stream(&slot.items, digests);
+        add_per_stream(&mut sums, self.late.iter().zip(digests_of(&self.late)));
+        sums
     }
 }
 
@@ -302,7 +378,7 @@ mod tests {
         );
         let inline = DeferredDigests {
             items: items[..3].to_vec(),
-            bytes: 0,
+            ..DeferredDigests::default()
         }
         .compute();
         let a = inline_digest(&items[0].id, 0, &items[0].payload)
@@ -314,16 +390,45 @@ mod tests {
         assert!(DeferredDigests::default().start().is_none());
     }
 
+    #[test]
+    fn appends_handed_over_early_and_those_planned_after_are_summed_once_each() {
+        let all = items(12);
+        let expected = sum_digests(all.clone());
+        let mut deferred = DeferredDigests::default();
+        for d in all[..9].iter().cloned() {
+            deferred.push(d);
+        }
+        deferred.start_early();
+        assert!(deferred.early.is_some(), "9 KB is worth deferring");
+        assert!(deferred.items.is_empty());
+        for d in all[9..].iter().cloned() {
+            deferred.push(d);
+        }
+        deferred.start_early();
+        assert_eq!(deferred.items.len(), 3, "one job is handed over early");
+        let offsets: Vec<u64> = deferred
+            .ops()
+            .map(|op| match op {
+                Op::Digest { offset, .. } => offset,
+                _ => u64::MAX,
+            })
+            .collect();
+        let planned: Vec<u64> = all.iter().map(|d| d.log_offset).collect();
+        assert_eq!(offsets, planned, "every append's op, in plan order");
+        let job = deferred.start().expect("a job");
+        assert_eq!(job.wait(), expected);
+
+        let mut small = DeferredDigests::default();
+        small.push(digest("a", 0, 100));
+        small.start_early();
+        assert!(small.early.is_none(), "100 B is hashed while sealing");
+    }
+
     fn slot(items: Vec<DeferredDigest>) -> DigestJob {
-        DigestJob(Arc::new(JobSlot {
-            results: Mutex::new(JobState {
-                digests: vec![None; items.len()],
-                next: 0,
-                helper: Helper::Idle,
-            }),
-            items,
-            done: Condvar::new(),
-        }))
+        DigestJob {
+            slot: Arc::new(JobSlot::new(items)),
+            late: Vec::new(),
+        }
     }
 
     fn items(n: u64) -> Vec<DeferredDigest> {
@@ -336,7 +441,7 @@ mod tests {
     fn a_job_the_helper_has_not_started_is_hashed_by_its_caller() {
         let expected = sum_digests(items(5));
         let job = slot(items(5));
-        let slot = Arc::clone(&job.0);
+        let slot = Arc::clone(&job.slot);
         assert_eq!(job.wait(), expected);
         slot.run();
         let state = lock(&slot.results);
@@ -353,7 +458,7 @@ mod tests {
         let expected = sum_digests(items(64));
         for _ in 0..20 {
             let job = slot(items(64));
-            let slot = Arc::clone(&job.0);
+            let slot = Arc::clone(&job.slot);
             let helper = std::thread::spawn(move || slot.run());
             assert_eq!(job.wait(), expected);
             helper.join().expect("the helper ran");
@@ -366,12 +471,12 @@ mod tests {
         let job = slot(items(4));
         {
             // As a helper that claimed two appends, stored one, then panicked.
-            let mut state = lock(&job.0.results);
+            let mut state = lock(&job.slot.results);
             state.next = 2;
-            state.digests[0] = Some(digest_of(&job.0.items[0]));
+            state.digests[0] = Some(digest_of(&job.slot.items[0]));
             state.helper = Helper::Hashing;
         }
-        job.0.abandon();
+        job.slot.abandon();
         assert_eq!(job.wait(), expected);
     }
 }

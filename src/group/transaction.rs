@@ -60,6 +60,7 @@ impl DiskGroupEngine {
         let applied = self.plan_transaction(&mut tx, &inputs)?;
         // A failed payload write drops the planned operations with `tx`.
         let now_ms = inputs.first().map_or(0, |i| i.now_ms);
+        tx.start_digests_early();
         self.write_planned(&applied, now_ms).await?;
         let group_hot = tx.state.group_hot_bytes();
         let mut responses = Vec::with_capacity(applied.len());

@@ -124,6 +124,13 @@ impl Tx {
         }
     }
 
+    /// Starts hashing the digests deferred so far on the helper thread, if they are worth
+    /// deferring: called once the command has planned its appends, before it writes their
+    /// payloads ([`DeferredDigests::start_early`]).
+    pub fn start_digests_early(&mut self) {
+        self.digests.start_early();
+    }
+
     /// Starts hashing the deferred digests beside the commit's sync (after [`Self::seal`]).
     pub fn start_digests(&mut self) -> Option<DigestJob> {
         std::mem::take(&mut self.digests).start()

@@ -4,6 +4,7 @@
 
 use ursula_shard::BucketStreamId;
 
+use super::sha3_x4::{sha3_256_x4, Message};
 use crate::group::rows::StreamRow;
 
 /// Records one accepted inline append in the integrity setsums.
@@ -69,28 +70,121 @@ fn record_digest(
     if start == end {
         return record;
     }
-    let start_b = start.to_le_bytes();
-    let end_b = end.to_le_bytes();
-    let mut item: Vec<&[u8]> = match &id.affinity_key {
-        Some(affinity) => vec![
-            b"ursula-stream-record-v2",
-            id.bucket_id.as_bytes(),
-            b"\0",
-            affinity.as_bytes(),
-            b"\0",
-            id.stream_id.as_bytes(),
-            b"\0",
-        ],
-        None => vec![
-            b"ursula-stream-record-v1",
-            id.bucket_id.as_bytes(),
-            b"\0",
-            id.stream_id.as_bytes(),
-            b"\0",
-        ],
-    };
-    item.extend_from_slice(&[&start_b, &end_b, kind]);
+    let head = record_head(id, start, end, kind);
+    let mut item: Vec<&[u8]> = vec![&head];
     item.extend_from_slice(pieces);
     record.insert_vectored(&item);
     record
+}
+
+/// The bytes of a record digest's item before its pieces: a tag, the stream id parts, the
+/// offsets (little-endian) and the kind.
+fn record_head(id: &BucketStreamId, start: u64, end: u64, kind: &[u8]) -> Vec<u8> {
+    let mut head = Vec::with_capacity(64);
+    match &id.affinity_key {
+        Some(affinity) => {
+            head.extend_from_slice(b"ursula-stream-record-v2");
+            for part in [&id.bucket_id, affinity, &id.stream_id] {
+                head.extend_from_slice(part.as_bytes());
+                head.push(0);
+            }
+        }
+        None => {
+            head.extend_from_slice(b"ursula-stream-record-v1");
+            for part in [&id.bucket_id, &id.stream_id] {
+                head.extend_from_slice(part.as_bytes());
+                head.push(0);
+            }
+        }
+    }
+    head.extend_from_slice(&start.to_le_bytes());
+    head.extend_from_slice(&end.to_le_bytes());
+    head.extend_from_slice(kind);
+    head
+}
+
+/// One inline append to digest: its stream, the stream offset of its first byte, its bytes.
+pub(crate) type InlineAppend<'a> = (&'a BucketStreamId, u64, &'a [u8]);
+
+/// The record digest of each inline append (as [`inline_digest`] gives), four at a time
+/// ([`super::sha3_x4`]: about 3x faster than one by one here).
+pub(crate) fn inline_digests(appends: &[InlineAppend<'_>]) -> Vec<setsum::Setsum> {
+    let mut out = Vec::with_capacity(appends.len());
+    for chunk in appends.chunks(4) {
+        let heads: Vec<Vec<u8>> = chunk
+            .iter()
+            .map(|(id, start, payload)| {
+                record_head(id, *start, *start + payload.len() as u64, b"inline")
+            })
+            .collect();
+        let messages: [Message<'_>; 4] =
+            std::array::from_fn(|i| match (chunk.get(i), heads.get(i)) {
+                (Some((_, _, payload)), Some(head)) => [head.as_slice(), payload],
+                _ => [&[][..], &[][..]],
+            });
+        let hashes = sha3_256_x4(messages);
+        out.extend(chunk.iter().zip(hashes).map(|((_, _, payload), hash)| {
+            if payload.is_empty() {
+                setsum::Setsum::default()
+            } else {
+                setsum_of_hash(hash)
+            }
+        }));
+    }
+    out
+}
+
+/// The columns' primes of setsum 0.8 (each column of a digest is reduced below its prime).
+const SETSUM_PRIMES: [u32; 8] = [
+    4294967291, 4294967279, 4294967231, 4294967197, 4294967189, 4294967161, 4294967143, 4294967111,
+];
+
+/// The setsum of one item whose SHA3-256 hash is `hash` (what `Setsum::insert` adds): each
+/// little-endian 32-bit column reduced below its prime.
+fn setsum_of_hash(hash: [u8; 32]) -> setsum::Setsum {
+    let mut state = [0u8; 32];
+    for ((column, prime), out) in hash
+        .chunks_exact(4)
+        .zip(SETSUM_PRIMES)
+        .zip(state.chunks_exact_mut(4))
+    {
+        let mut le = [0u8; 4];
+        le.copy_from_slice(column);
+        let n = u32::from_le_bytes(le);
+        out.copy_from_slice(&(if n >= prime { n - prime } else { n }).to_le_bytes());
+    }
+    setsum::Setsum::from_digest(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batched_digests_equal_one_by_one_for_every_id_form_and_length() {
+        let plain = BucketStreamId::new("bucket", "stream");
+        let mut affine = BucketStreamId::new("b", "a-much-longer-stream-name");
+        affine.affinity_key = Some("tenant-7".into());
+        let payloads: Vec<Vec<u8>> = [0usize, 1, 60, 135, 136, 1024, 1100, 3000, 9]
+            .iter()
+            .map(|&n| (0..n).map(|i| (i * 13) as u8).collect())
+            .collect();
+        let appends: Vec<InlineAppend<'_>> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let id = if i % 3 == 0 { &affine } else { &plain };
+                (id, (i as u64) * 4099, p.as_slice())
+            })
+            .collect();
+        for n in 0..=appends.len() {
+            let batched = inline_digests(&appends[..n]);
+            let single: Vec<setsum::Setsum> = appends[..n]
+                .iter()
+                .map(|(id, start, payload)| inline_digest(id, *start, payload))
+                .collect();
+            assert_eq!(batched, single, "{n} appends");
+        }
+        assert_eq!(inline_digests(&appends[..1])[0], setsum::Setsum::default());
+    }
 }

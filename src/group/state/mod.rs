@@ -8,6 +8,7 @@
 //! the engine's state, which is replaced by that clone once the commit record is durable.
 
 pub mod integrity;
+pub mod sha3_x4;
 pub mod streams;
 
 use imbl::shared_ptr::DefaultSharedPtr;
