@@ -223,7 +223,7 @@ impl DiskGroupEngine {
             };
             tx.put_message(&id, partition, offset, row);
             tx.defer_digest(DeferredDigest {
-                id: id.clone(),
+                id: tx.digest_id(&id),
                 start: offset,
                 payload: input.payload.clone(),
                 partition,
@@ -650,7 +650,7 @@ impl DiskGroupEngine {
         drop(row);
         for ((start, _, log_offset), payload) in messages.iter().zip(&payloads) {
             tx.defer_digest(DeferredDigest {
-                id: id.clone(),
+                id: tx.digest_id(id),
                 start: *start,
                 payload: payload.clone(),
                 partition,

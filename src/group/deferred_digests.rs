@@ -37,8 +37,8 @@ pub(crate) const DEFER_MIN_BYTES: usize = 8 << 10;
 /// One inline append whose record digest is still to be added to its stream's row.
 #[derive(Debug, Clone)]
 pub(crate) struct DeferredDigest {
-    /// The stream.
-    pub id: BucketStreamId,
+    /// The stream (one allocation shared by a command's appends to it: [`DeferredDigests::id`]).
+    pub id: Arc<BucketStreamId>,
     /// Stream offset of the append's first byte.
     pub start: u64,
     /// The appended bytes (shared with the payload record written from them).
@@ -70,6 +70,15 @@ impl DeferredDigests {
         if !digest.payload.is_empty() {
             self.bytes += digest.payload.len();
             self.items.push(digest);
+        }
+    }
+
+    /// `id` for a new [`DeferredDigest`]: the previous append's when it is of the same stream
+    /// (a batch's appends then share one id instead of cloning its strings per append).
+    pub fn id(&self, id: &BucketStreamId) -> Arc<BucketStreamId> {
+        match self.items.last() {
+            Some(last) if *last.id == *id => Arc::clone(&last.id),
+            _ => Arc::new(id.clone()),
         }
     }
 
@@ -155,7 +164,7 @@ const CLAIM: usize = 4;
 fn digests_of(items: &[DeferredDigest]) -> Vec<setsum::Setsum> {
     let appends: Vec<InlineAppend<'_>> = items
         .iter()
-        .map(|d| (&d.id, d.start, d.payload.as_ref()))
+        .map(|d| (&*d.id, d.start, d.payload.as_ref()))
         .collect();
     inline_digests(&appends)
 }
@@ -179,9 +188,9 @@ fn add_per_stream<'a>(
     digests: impl IntoIterator<Item = (&'a DeferredDigest, setsum::Setsum)>,
 ) {
     for (d, digest) in digests {
-        match sums.iter_mut().find(|(id, _)| *id == d.id) {
+        match sums.iter_mut().find(|(id, _)| *id == *d.id) {
             Some((_, sum)) => *sum += digest,
-            None => sums.push((d.id.clone(), digest)),
+            None => sums.push(((*d.id).clone(), digest)),
         }
     }
 }
@@ -350,7 +359,7 @@ mod tests {
 
     fn digest(stream: &str, start: u64, len: usize) -> DeferredDigest {
         DeferredDigest {
-            id: BucketStreamId::new("bucket", stream),
+            id: Arc::new(BucketStreamId::new("bucket", stream)),
             start,
             payload: Bytes::from(vec![start as u8; len]),
             partition: 1,
@@ -383,7 +392,7 @@ mod tests {
         .compute();
         let a = inline_digest(&items[0].id, 0, &items[0].payload)
             + inline_digest(&items[2].id, 5000, &items[2].payload);
-        assert_eq!(inline[0], (items[0].id.clone(), a));
+        assert_eq!(inline[0], ((*items[0].id).clone(), a));
         assert_eq!(inline.len(), 2);
         let job = deferred.start().unwrap();
         assert_eq!(job.wait(), inline);

@@ -208,7 +208,9 @@ impl GroupDb {
     /// atomic batch without RocksDB's write-ahead log: the commit record in the payload log is
     /// what makes them durable (format/GROUP_STATE.md, "Commit protocol").
     pub fn apply(&self, record: &[u8], next: u64) -> Result<(), GroupError> {
-        let mut batch = WriteBatch::default();
+        // The batch holds about the record's bytes (its ops, re-framed): reserved once rather
+        // than grown by doubling while the ops are added.
+        let mut batch = WriteBatch::with_capacity_bytes(record.len() + 64);
         let mut mirrored = Vec::new();
         commit_record::decode(record, |op| {
             match op {
