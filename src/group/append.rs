@@ -2,6 +2,8 @@
 //! multi-stream transactions. Payload bytes are written to the payload log (fsynced) before the
 //! state that references them is committed.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use ursula_runtime::{
     AppendBatchRequest, AppendExternalRequest, AppendRequest, AppendResponse, CloseStreamRequest,
@@ -27,8 +29,10 @@ use super::{not_found, stream_error, DiskGroupEngine};
 /// One append, as the state machine sees it.
 #[derive(Debug, Clone)]
 pub(crate) struct AppendInput {
-    pub stream_id: BucketStreamId,
-    pub content_type: Option<String>,
+    /// Shared by a batch's appends (one allocation per command, not per append).
+    pub stream_id: Arc<BucketStreamId>,
+    /// Shared like `stream_id`.
+    pub content_type: Option<Arc<str>>,
     pub payload: Bytes,
     pub close_after: bool,
     pub stream_seq: Option<String>,
@@ -40,8 +44,8 @@ pub(crate) struct AppendInput {
 impl From<AppendRequest> for AppendInput {
     fn from(r: AppendRequest) -> Self {
         Self {
-            stream_id: r.stream_id,
-            content_type: Some(r.content_type),
+            stream_id: Arc::new(r.stream_id),
+            content_type: Some(Arc::from(r.content_type)),
             payload: r.payload,
             close_after: r.close_after,
             stream_seq: r.stream_seq,
@@ -87,7 +91,7 @@ impl DiskGroupEngine {
         tx: &mut Tx,
         input: AppendInput,
     ) -> Result<Result<PlannedAppend, AppendOutcome>, GroupEngineError> {
-        let id = &input.stream_id;
+        let id: &BucketStreamId = &input.stream_id;
         self.validate_scope(&tx.state, id)?;
         validate_producer(input.producer.as_ref())?;
         if !tx.state.streams.contains_key(id) {
@@ -186,14 +190,11 @@ impl DiskGroupEngine {
         log_offset: Option<u64>,
     ) -> Result<AppendOutcome, GroupEngineError> {
         let input = plan.input;
-        let id = input.stream_id;
+        let shared_id = input.stream_id;
+        let id: &BucketStreamId = &shared_id;
         let len = input.payload.len() as u64;
         // The planned state's copy of the row (made by its first change in this command).
-        let mut row = tx
-            .state
-            .streams
-            .get_mut(&id)
-            .ok_or_else(|| not_found(&id))?;
+        let mut row = tx.state.streams.get_mut(id).ok_or_else(|| not_found(id))?;
         let offset = row.metadata.tail_offset;
         row.metadata.tail_offset = offset.saturating_add(len);
         if let Some(seq) = input.stream_seq {
@@ -215,15 +216,15 @@ impl DiskGroupEngine {
         }
         let partition = row.partition;
         drop(row);
-        self.commit_records(tx, &id, offset, &plan.ends);
+        self.commit_records(tx, id, offset, &plan.ends);
         if let Some(log_offset) = log_offset {
             let row = MessageRow {
                 end_offset: next_offset,
                 log_offset,
             };
-            tx.put_message(&id, partition, offset, row);
+            tx.put_message(id, partition, offset, row);
             tx.defer_digest(DeferredDigest {
-                id: tx.digest_id(&id),
+                id: Arc::clone(&shared_id),
                 start: offset,
                 payload: input.payload.clone(),
                 partition,
@@ -232,9 +233,9 @@ impl DiskGroupEngine {
         }
         if let Some(p) = &input.producer {
             let item = producer_item(offset, next_offset, closed, record_range);
-            self.record_producer(tx, &id, p, vec![item]);
+            self.record_producer(tx, id, p, vec![item]);
         }
-        self.save_stream(tx, &id);
+        self.save_stream(tx, id);
         tx.state.commit_index += 1;
         if input.payload.is_empty() {
             return Ok(AppendOutcome::Closed {
@@ -278,7 +279,7 @@ impl DiskGroupEngine {
             }
             Ok(plan) => plan,
         };
-        let id = plan.input.stream_id.clone();
+        let id = BucketStreamId::clone(&plan.input.stream_id);
         self.check_admission(&tx.state, &id, admission, plan.input.payload.len() as u64)?;
         let log_offset = if plan.input.payload.is_empty() {
             None
@@ -367,7 +368,7 @@ impl DiskGroupEngine {
         self.ensure_access(&id, request.now_ms, false, placement)?;
         let mut tx = Tx::new(&self.state);
         let input = AppendInput {
-            stream_id: id.clone(),
+            stream_id: Arc::new(id.clone()),
             content_type: None,
             payload: Bytes::new(),
             close_after: true,
@@ -412,13 +413,12 @@ impl DiskGroupEngine {
             self.ensure_access(&id, request.now_ms, false, placement)?;
         }
         let mut tx = Tx::new(&self.state);
-        let content_type = Some(request.content_type.clone());
         let result = match request.producer.clone() {
             Some(producer) => {
                 self.producer_batch(
                     &mut tx,
                     &id,
-                    content_type,
+                    Some(request.content_type.clone()),
                     request.payloads,
                     producer,
                     request.now_ms,
@@ -436,12 +436,14 @@ impl DiskGroupEngine {
                 {
                     self.check_admission(&tx.state, &id, admission, incoming)?;
                 }
+                let shared_id = Arc::new(id.clone());
+                let content_type: Option<Arc<str>> = Some(Arc::from(request.content_type));
                 let inputs: Vec<Option<AppendInput>> = request
                     .payloads
                     .into_iter()
                     .map(|payload| {
                         (!payload.is_empty()).then(|| AppendInput {
-                            stream_id: id.clone(),
+                            stream_id: Arc::clone(&shared_id),
                             content_type: content_type.clone(),
                             payload,
                             close_after: false,

@@ -92,7 +92,7 @@ impl DiskGroupEngine {
             let partition = tx
                 .state
                 .streams
-                .get(&input.stream_id)
+                .get(&*input.stream_id)
                 .map_or(0, |r| r.partition);
             let (outcome, payload) = match self.plan_append(tx, input.clone())? {
                 Err(answer) => (answer, None),
@@ -120,10 +120,10 @@ impl DiskGroupEngine {
             let count = tx
                 .state
                 .streams
-                .get(&input.stream_id)
+                .get(&*input.stream_id)
                 .map_or(0, |r| r.append_count);
             out.push(TransactionOp {
-                id: input.stream_id.clone(),
+                id: BucketStreamId::clone(&input.stream_id),
                 partition,
                 outcome,
                 payload,
