@@ -650,9 +650,10 @@ impl DiskGroupEngine {
         renew_ttl(&mut row.metadata, now_ms);
         let partition = row.partition;
         drop(row);
+        let shared_id = Arc::new(id.clone());
         for ((start, _, log_offset), payload) in messages.iter().zip(&payloads) {
             tx.defer_digest(DeferredDigest {
-                id: tx.digest_id(id),
+                id: Arc::clone(&shared_id),
                 start: *start,
                 payload: payload.clone(),
                 partition,

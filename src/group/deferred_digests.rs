@@ -37,7 +37,7 @@ pub(crate) const DEFER_MIN_BYTES: usize = 8 << 10;
 /// One inline append whose record digest is still to be added to its stream's row.
 #[derive(Debug, Clone)]
 pub(crate) struct DeferredDigest {
-    /// The stream (one allocation shared by a command's appends to it: [`DeferredDigests::id`]).
+    /// The stream (one allocation shared by a command's appends to it).
     pub id: Arc<BucketStreamId>,
     /// Stream offset of the append's first byte.
     pub start: u64,
@@ -70,15 +70,6 @@ impl DeferredDigests {
         if !digest.payload.is_empty() {
             self.bytes += digest.payload.len();
             self.items.push(digest);
-        }
-    }
-
-    /// `id` for a new [`DeferredDigest`]: the previous append's when it is of the same stream
-    /// (a batch's appends then share one id instead of cloning its strings per append).
-    pub fn id(&self, id: &BucketStreamId) -> Arc<BucketStreamId> {
-        match self.items.last() {
-            Some(last) if *last.id == *id => Arc::clone(&last.id),
-            _ => Arc::new(id.clone()),
         }
     }
 

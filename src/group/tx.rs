@@ -3,8 +3,6 @@
 //! fill one in; [`crate::group::DiskGroupEngine`]'s commit persists its writes, applies them to
 //! RocksDB and only then takes its state.
 
-use std::sync::Arc;
-
 use ursula_shard::BucketStreamId;
 
 use super::cold_tier::runtime_index::{collected_pages, pages_of, PageMarks};
@@ -83,11 +81,6 @@ impl Tx {
     /// ([`crate::group::state::integrity::count_append`]).
     pub fn defer_digest(&mut self, digest: DeferredDigest) {
         self.digests.push(digest);
-    }
-
-    /// The stream id for the next [`DeferredDigest`] (see [`DeferredDigests::id`]).
-    pub fn digest_id(&self, id: &BucketStreamId) -> Arc<BucketStreamId> {
-        self.digests.id(id)
     }
 
     /// Adds digest sums to the planned rows of their streams.
