@@ -8,6 +8,8 @@
 //! the engine's state, which is replaced by that clone once the commit record is durable.
 
 pub mod integrity;
+#[cfg(target_arch = "x86_64")]
+mod keccak_x4_avx;
 pub mod sha3_x4;
 pub mod streams;
 

@@ -1,14 +1,16 @@
 //! SHA3-256 (FIPS 202) of four messages at once, for the integrity digests of an append batch
 //! (one SHA3 digest per append, [`super::integrity`]).
 //!
-//! Four Keccak-f[1600] states sit side by side in the four lanes of 256-bit vectors
-//! (`wide::u64x4`); the permutation is compiled for AVX-512VL and for AVX2 besides the build's
-//! baseline, and the best one the CPU has is chosen at run time (`multiversion`). Messages of
-//! different lengths share a run: a lane whose message has ended absorbs nothing more and its
-//! digest was taken when its last block was permuted. Measured here (AMD EPYC, 2 vCPUs) on 32
-//! messages of 1.1 KiB: 33-35 us against 99-101 us for the `sha3` crate one at a time (2.9-3.1x);
-//! with AVX2 alone 1.7x, on the baseline (SSE2) 1.5x. The tests check every result against the
-//! `sha3` crate.
+//! Four Keccak-f[1600] states sit side by side, word `i` of lane `k` at `state[i][k]`, so each
+//! word of the four states is one 256-bit vector. The permutation is chosen at run time
+//! (`multiversion`): on a CPU with AVX-512VL or AVX2, [`super::keccak_x4_avx`] runs it on
+//! 256-bit registers; otherwise the portable rounds below run it on `wide::u64x4`, whose
+//! representation `wide` fixes when the crate is compiled (two SSE2 halves on a baseline x86-64
+//! build, whatever the CPU has). Messages of different lengths share a run: a lane whose message
+//! has ended absorbs nothing more and its digest was taken when its last block was permuted.
+//! Measured here (2 vCPUs, AVX-512) on 32 messages of 1.1 KiB: 32-36 us against 55-82 us for the
+//! portable rounds and 120-250 us for the `sha3` crate one at a time. The tests check every
+//! path against the `sha3` crate.
 
 use wide::u64x4;
 
@@ -19,7 +21,7 @@ pub(crate) type Message<'a> = [&'a [u8]; 2];
 const RATE: usize = 136;
 
 /// Round constants of iota.
-const RC: [u64; 24] = [
+pub(super) const RC: [u64; 24] = [
     0x0000_0000_0000_0001,
     0x0000_0000_0000_8082,
     0x8000_0000_0000_808a,
@@ -46,32 +48,77 @@ const RC: [u64; 24] = [
     0x8000_0000_8000_8008,
 ];
 
+/// Keccak-f[1600] on four states.
+type Permutation = fn(&mut [[u64; 4]; 25]);
+
 /// The SHA3-256 digests of four messages.
 pub(crate) fn sha3_256_x4(messages: [Message<'_>; 4]) -> [[u8; 32]; 4] {
+    sha3_256_x4_with(messages, permute)
+}
+
+/// [`sha3_256_x4`] with the permutation `permute`.
+fn sha3_256_x4_with(messages: [Message<'_>; 4], permute: Permutation) -> [[u8; 32]; 4] {
     let blocks = messages.map(|m| (m[0].len() + m[1].len()) / RATE + 1);
     let most = blocks.iter().copied().max().unwrap_or(1);
-    let mut state = [u64x4::splat(0); 25];
+    let mut state = [[0u64; 4]; 25];
     let mut out = [[0u8; 32]; 4];
     for block in 0..most {
-        let mut words = [[0u64; RATE / 8]; 4];
         for (lane, message) in messages.iter().enumerate() {
             if block < blocks[lane] {
-                words[lane] = padded_block(message, block, block + 1 == blocks[lane]);
+                absorb(&mut state, lane, message, block, block + 1 == blocks[lane]);
             }
-        }
-        for (i, word) in state.iter_mut().take(RATE / 8).enumerate() {
-            *word ^= u64x4::new([words[0][i], words[1][i], words[2][i], words[3][i]]);
         }
         permute(&mut state);
         for (lane, digest) in out.iter_mut().enumerate() {
             if block + 1 == blocks[lane] {
                 for (i, chunk) in digest.chunks_exact_mut(8).enumerate() {
-                    chunk.copy_from_slice(&state[i].to_array()[lane].to_le_bytes());
+                    chunk.copy_from_slice(&state[i][lane].to_le_bytes());
                 }
             }
         }
     }
     out
+}
+
+/// XORs block `block` of `message` into lane `lane` of the states: straight from the message
+/// when one part holds the whole block, else through a padded copy.
+fn absorb(
+    state: &mut [[u64; 4]; 25],
+    lane: usize,
+    message: &Message<'_>,
+    block: usize,
+    last: bool,
+) {
+    let whole = if last {
+        None
+    } else {
+        contiguous(message, block * RATE)
+    };
+    match whole {
+        Some(bytes) => {
+            for (word, chunk) in state.iter_mut().zip(bytes.chunks_exact(8)) {
+                let mut le = [0u8; 8];
+                le.copy_from_slice(chunk);
+                word[lane] ^= u64::from_le_bytes(le);
+            }
+        }
+        None => {
+            let words = padded_block(message, block, last);
+            for (word, w) in state.iter_mut().zip(words) {
+                word[lane] ^= w;
+            }
+        }
+    }
+}
+
+/// The `RATE` bytes of `message` from byte `from` on, when one of its parts holds them all.
+fn contiguous<'a>(message: &Message<'a>, from: usize) -> Option<&'a [u8]> {
+    let [head, body] = *message;
+    if from + RATE <= head.len() {
+        return Some(&head[from..from + RATE]);
+    }
+    let at = from.checked_sub(head.len())?;
+    body.get(at..at + RATE)
 }
 
 /// Block `block` of `message` as little-endian words; the last one padded (SHA3's domain bits
@@ -112,12 +159,37 @@ fn copy_from(message: &Message<'_>, mut from: usize, out: &mut [u8]) -> usize {
     filled
 }
 
-/// Keccak-f[1600] on four states.
+/// Keccak-f[1600] on four states, with the fastest rounds the CPU runs (the clone for each
+/// target imports its own `rounds`; calling an AVX function from the clone compiled for that
+/// feature is safe).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2", "x86_64+avx2"))]
-fn permute(state: &mut [u64x4; 25]) {
+fn permute(state: &mut [[u64; 4]; 25]) {
+    #[multiversion::target::target_cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        not(target_feature = "avx512vl")
+    ))]
+    use super::keccak_x4_avx::permute_avx2 as rounds;
+    #[multiversion::target::target_cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx512vl"
+    ))]
+    use super::keccak_x4_avx::permute_avx512 as rounds;
+    #[multiversion::target::target_cfg(not(all(
+        target_arch = "x86_64",
+        target_feature = "avx2"
+    )))]
+    use permute_portable as rounds;
+    rounds(state)
+}
+
+/// Keccak-f[1600] on four states with `wide`'s vectors (any CPU).
+fn permute_portable(state: &mut [[u64; 4]; 25]) {
+    let mut lanes: [u64x4; 25] = state.map(u64x4::new);
     for rc in RC {
-        round(state, rc);
+        round(&mut lanes, rc);
     }
+    *state = lanes.map(|lane| lane.to_array());
 }
 
 /// Each lane rotated left by `by` bits.
@@ -183,8 +255,49 @@ mod tests {
             .collect()
     }
 
+    /// The AVX2 rounds where the CPU has AVX2 (even with AVX-512VL), else the portable ones.
+    #[multiversion::multiversion(targets("x86_64+avx2"))]
+    fn permute_avx2_or_portable(state: &mut [[u64; 4]; 25]) {
+        #[multiversion::target::target_cfg(all(
+            target_arch = "x86_64",
+            target_feature = "avx2"
+        ))]
+        use super::super::keccak_x4_avx::permute_avx2 as rounds;
+        #[multiversion::target::target_cfg(not(all(
+            target_arch = "x86_64",
+            target_feature = "avx2"
+        )))]
+        use super::permute_portable as rounds;
+        rounds(state)
+    }
+
     #[test]
-    fn every_lane_equals_the_sha3_crate_at_every_block_boundary() {
+    fn every_permutation_gives_the_sha3_crate_digests() {
+        for permutation in [permute, permute_portable, permute_avx2_or_portable] {
+            check_every_block_boundary(permutation);
+        }
+    }
+
+    #[test]
+    fn every_permutation_agrees_on_arbitrary_states() {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut state = [[0u64; 4]; 25];
+        for word in state.iter_mut().flatten() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *word = x;
+        }
+        let (mut a, mut b, mut c) = (state, state, state);
+        permute(&mut a);
+        permute_portable(&mut b);
+        permute_avx2_or_portable(&mut c);
+        assert_eq!(a, b);
+        assert_eq!(a, c);
+        assert_ne!(a, state);
+    }
+
+    fn check_every_block_boundary(permutation: Permutation) {
         let lengths = [0, 1, 7, 135, 136, 137, 271, 272, 273, 1100, 1177, 4096];
         for (n, &len) in lengths.iter().enumerate() {
             let head = message(len.min(40), n as u8);
@@ -192,15 +305,18 @@ mod tests {
             let others: Vec<Vec<u8>> = (0..3)
                 .map(|k| message(lengths[(n + k + 1) % lengths.len()], k as u8))
                 .collect();
-            let got = sha3_256_x4([
-                [&head, &body],
-                [&others[0], &[]],
-                [&[], &others[1]],
+            let got = sha3_256_x4_with(
                 [
-                    &others[2][..1.min(others[2].len())],
-                    &others[2][1.min(others[2].len())..],
+                    [&head, &body],
+                    [&others[0], &[]],
+                    [&[], &others[1]],
+                    [
+                        &others[2][..1.min(others[2].len())],
+                        &others[2][1.min(others[2].len())..],
+                    ],
                 ],
-            ]);
+                permutation,
+            );
             let whole = [&head[..], &body[..]].concat();
             assert_eq!(got[0][..], Sha3_256::digest(&whole)[..], "length {len}");
             for (k, other) in others.iter().enumerate() {
