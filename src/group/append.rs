@@ -327,7 +327,7 @@ impl DiskGroupEngine {
                     deduplicated,
                     producer,
                     record_range,
-                    stream_hot_bytes: row.map_or(0, GroupState::stream_hot_bytes),
+                    stream_hot_bytes: row.map_or(0, |r| GroupState::stream_hot_bytes(r)),
                     group_hot_bytes: state.group_hot_bytes(),
                 })
             }
@@ -560,7 +560,7 @@ impl DiskGroupEngine {
             self.evaluate_producer(&tx.state, id, Some(&producer))?
         {
             let row = tx.state.streams.get(id);
-            let stream_hot = row.map_or(0, GroupState::stream_hot_bytes);
+            let stream_hot = row.map_or(0, |r| GroupState::stream_hot_bytes(r));
             let group_hot = tx.state.group_hot_bytes();
             let items = receipt
                 .items
@@ -679,7 +679,7 @@ impl DiskGroupEngine {
         self.usage_on_append(tx, &id.bucket_id, total, record_count, false);
         tx.state.commit_index += items.len() as u64;
         let row = tx.state.streams.get(id);
-        let stream_hot = row.map_or(0, GroupState::stream_hot_bytes);
+        let stream_hot = row.map_or(0, |r| GroupState::stream_hot_bytes(r));
         let group_hot = tx.state.group_hot_bytes();
         let responses = items
             .into_iter()
@@ -780,7 +780,7 @@ impl DiskGroupEngine {
         check_content_type(m, &request.content_type)?;
         check_stream_seq(m, request.stream_seq.as_deref())?;
         self.check_retained_quota(&tx.state, &id.bucket_id, len)?;
-        let mut updated = row.clone();
+        let mut updated = (**row).clone();
         let offset = updated.metadata.tail_offset;
         let next_offset = offset + len;
         updated.metadata.tail_offset = next_offset;

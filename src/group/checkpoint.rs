@@ -158,7 +158,7 @@ impl DiskGroupEngine {
                 snapshot_offset,
                 snapshot_digest,
                 group_commit_index: tx.state.commit_index,
-                record_range: tx.state.streams.get(&id).and_then(records::range),
+                record_range: tx.state.streams.get(&id).and_then(|r| records::range(r)),
             }
         });
         self.finish(tx, response)
@@ -370,7 +370,7 @@ impl DiskGroupEngine {
                 placement,
                 retained_offset,
                 group_commit_index: tx.state.commit_index,
-                record_range: tx.state.streams.get(&id).and_then(records::range),
+                record_range: tx.state.streams.get(&id).and_then(|r| records::range(r)),
             }
         });
         self.finish(tx, response)

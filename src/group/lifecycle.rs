@@ -413,7 +413,7 @@ impl DiskGroupEngine {
                 record_range: if already_exists {
                     None
                 } else {
-                    tx.state.streams.get(&id).and_then(records::range)
+                    tx.state.streams.get(&id).and_then(|r| records::range(r))
                 },
             }
         });
@@ -714,7 +714,12 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<(), GroupEngineError> {
         self.validate_scope(&self.state, id)?;
-        let row = self.state.streams.get(id).ok_or_else(|| not_found(id))?;
+        let row = self
+            .state
+            .streams
+            .get(id)
+            .map(|r| &**r)
+            .ok_or_else(|| not_found(id))?;
         let needed = is_expired(&row.metadata, now_ms)
             || (renew && super::state::renewal_due(&row.metadata, now_ms));
         if !needed {
@@ -736,7 +741,11 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<&StreamRow, GroupEngineError> {
         self.ensure_access(id, now_ms, renew, placement)?;
-        self.state.streams.get(id).ok_or_else(|| not_found(id))
+        self.state
+            .streams
+            .get(id)
+            .map(|r| &**r)
+            .ok_or_else(|| not_found(id))
     }
 
     /// `purge_bucket`: removes every stream of the bucket, the bucket and its quota.

@@ -5,6 +5,7 @@ use ursula_runtime::{ColdWriteAdmission, GroupEngineError};
 use ursula_shard::BucketStreamId;
 use ursula_stream::StreamErrorCode;
 
+use super::rows::UsageRow;
 use super::state::GroupState;
 use super::tx::Tx;
 use super::{stream_error, DiskGroupEngine};
@@ -71,7 +72,14 @@ impl DiskGroupEngine {
         records: u64,
         created: bool,
     ) {
-        let usage = tx.state.usage.entry(bucket.to_string()).or_default();
+        if !tx.state.usage.contains_key(bucket) {
+            tx.state
+                .usage
+                .insert(bucket.to_string(), UsageRow::default());
+        }
+        let Some(usage) = tx.state.usage.get_mut(bucket) else {
+            return;
+        };
         if created {
             usage.stream_count = usage.stream_count.saturating_add(1);
         }

@@ -483,7 +483,7 @@ impl DiskGroupEngine {
         self.state
             .streams
             .get(id)
-            .map_or(0, GroupState::stream_hot_bytes)
+            .map_or(0, |r| GroupState::stream_hot_bytes(r))
     }
 
     /// `cold_hot_backlog`.
@@ -492,7 +492,7 @@ impl DiskGroupEngine {
             .state
             .streams
             .get(&id)
-            .map_or(0, GroupState::stream_hot_bytes);
+            .map_or(0, |r| GroupState::stream_hot_bytes(r));
         ColdHotBacklog {
             stream_id: id,
             stream_hot_bytes,

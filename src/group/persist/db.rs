@@ -212,13 +212,21 @@ impl GroupDb {
         // than grown by doubling while the ops are added.
         let mut batch = WriteBatch::with_capacity_bytes(record.len() + 64);
         let mut mirrored = Vec::new();
+        // Each family's handle looked up once per record, not once per op.
+        let mut handles = [None; COLUMN_FAMILIES.len()];
+        let mut handle = |cf: u8| match handles.get(usize::from(cf)).copied().flatten() {
+            Some(found) => Ok(found),
+            None => {
+                let found = self.cf_at(cf)?;
+                handles[usize::from(cf)] = Some(found);
+                Ok::<_, GroupError>(found)
+            }
+        };
         commit_record::decode(record, |op| {
             match op {
-                Op::Put { cf, key, value } => batch.put_cf(self.cf_at(cf)?, key, value),
-                Op::Delete { cf, key } => batch.delete_cf(self.cf_at(cf)?, key),
-                Op::DeleteRange { cf, from, to } => {
-                    batch.delete_range_cf(self.cf_at(cf)?, from, to)
-                }
+                Op::Put { cf, key, value } => batch.put_cf(handle(cf)?, key, value),
+                Op::Delete { cf, key } => batch.delete_cf(handle(cf)?, key),
+                Op::DeleteRange { cf, from, to } => batch.delete_range_cf(handle(cf)?, from, to),
                 Op::Requires { .. } | Op::Digest { .. } => return Ok(()),
             }
             if matches!(op.cf(), MESSAGES_CF_INDEX | EXTERNAL_CF_INDEX) {

@@ -8,7 +8,9 @@ use ursula_shard::BucketStreamId;
 /// Encodes a stream id: `u8 len, bucket, u8 has_affinity, [u8 len, affinity], u8 len, stream`.
 /// Callers validate ids first (bucket <= 64 bytes, stream and affinity <= 122 bytes).
 pub fn stream_key(id: &BucketStreamId) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + id.bucket_id.len() + id.stream_id.len());
+    // Room for an offset after it too (message, record and chunk keys): one allocation each.
+    let affinity = id.affinity_key.as_ref().map_or(0, |a| 1 + a.len());
+    let mut out = Vec::with_capacity(3 + id.bucket_id.len() + affinity + id.stream_id.len() + 8);
     push_short(&mut out, id.bucket_id.as_bytes());
     match &id.affinity_key {
         Some(affinity) => {

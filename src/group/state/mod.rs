@@ -77,7 +77,9 @@ impl GroupState {
 
     /// [`Self::reported_hot_start`] of stream `id` (0 for an unknown stream).
     pub fn hot_start_of(&self, id: &BucketStreamId) -> u64 {
-        self.streams.get(id).map_or(0, Self::reported_hot_start)
+        self.streams
+            .get(id)
+            .map_or(0, |r| Self::reported_hot_start(r))
     }
 
     /// Recomputes the expiry lower bound from every stream.
