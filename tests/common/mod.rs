@@ -74,7 +74,12 @@ pub fn traced<T>(f: impl FnOnce() -> T) -> (T, String) {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
+    // Another test thread may have cached a callsite's interest while no subscriber of this
+    // thread existed (the event then never reaches this one): recompute it under ours.
+    let out = tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
     (out, text)
 }
