@@ -41,7 +41,7 @@ impl DiskGroupEngine {
             return Ok(true);
         }
         Ok(
-            matches!(self.db.message_at_or_before(id, offset - 1)?, Some((_, m)) if m.end_offset == offset)
+            matches!(self.db()?.message_at_or_before(id, offset - 1)?, Some((_, m)) if m.end_offset == offset)
                 || self.is_record_start(id, row, offset)?
                 || self
                     .db
@@ -341,7 +341,7 @@ impl DiskGroupEngine {
             let objects = exclusive.into_iter().map(|c| c.s3_path.clone()).collect();
             let dropped: Vec<String> = self.gc_paths_with_pages(&id, &dropped, objects);
             let released: Vec<String> = shared.into_iter().map(|c| c.s3_path.clone()).collect();
-            tx.delete_messages_below(&self.db, &id, target)?;
+            tx.delete_messages_below(self.db()?, &id, target)?;
             let usage = tx.state.usage.entry(id.bucket_id.clone()).or_default();
             usage.retained_bytes = usage.retained_bytes.saturating_sub(target - current);
             self.save_usage(&mut tx, &id.bucket_id);

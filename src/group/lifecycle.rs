@@ -236,8 +236,8 @@ impl DiskGroupEngine {
             .map(|c| c.s3_path.clone())
             .collect();
         paths.extend(
-            self.db
-                .externals(id, 0, row.metadata.tail_offset)
+            self.db()
+                .and_then(|db| db.externals(id, 0, row.metadata.tail_offset))
                 .unwrap_or_default()
                 .into_iter()
                 .map(|e| e.s3_path),

@@ -165,7 +165,10 @@ impl GroupOptions {
 /// the log `__group_<name>`, its cold objects in a [`ColdStore`].
 pub struct DiskGroupEngine {
     name: String,
-    db: GroupDb,
+    /// Read through [`Self::db`], which waits for the records handed to `applier`.
+    db: Arc<GroupDb>,
+    /// Applies synced commit records to `db` beside the next commands.
+    applier: persist::applier::Applier,
     state: GroupState,
     payloads: PayloadLog,
     cold: ColdStore,
@@ -233,7 +236,8 @@ impl DiskGroupEngine {
         store.register_backup_source(name, Arc::downgrade(&source));
         Ok(Self {
             name: name.to_string(),
-            db,
+            db: Arc::new(db),
+            applier: persist::applier::Applier::default(),
             state,
             payloads,
             cold,
@@ -322,13 +326,16 @@ impl DiskGroupEngine {
     /// failed commit's planned state if its record is in the log (durable now, so the command
     /// took effect, although it reported an error) or drops it if not. Memory is not reloaded.
     fn settle(&mut self) -> Result<(), GroupError> {
+        if self.applier.has_failed() {
+            self.db()?;
+        }
         let Some(pending) = &self.pending else {
             return Ok(());
         };
         let offset = pending.offset;
         let end = crate::blocking::blocking(|| {
             self.payloads.sync()?;
-            replay(&self.db, &self.payloads)?;
+            replay(self.db()?, &self.payloads)?;
             self.payloads.commit_end()
         })?;
         if let Some(pending) = self.pending.take() {
@@ -339,11 +346,20 @@ impl DiskGroupEngine {
         Ok(())
     }
 
+    /// The RocksDB state, once every commit record handed to the apply thread is in it (after
+    /// a failed one, once replaying the log has brought RocksDB up to the log).
+    pub(crate) fn db(&self) -> Result<&GroupDb, GroupError> {
+        self.applier
+            .settle(|| replay(&self.db, &self.payloads).map(|_| ()))?;
+        Ok(&self.db)
+    }
+
     /// Persists, then applies `tx`: seals it (stream rows and counters), appends its commit
     /// record to the payload log and syncs it (one fdatasync, which also covers the command's
     /// payloads; large appends' digests are hashed meanwhile and added to the rows after it),
-    /// applies it to RocksDB without a sync of its own, and only then takes its planned state
-    /// as the engine's. A transaction that writes nothing changes nothing. On
+    /// then hands the record to the apply thread, which writes it to RocksDB without a sync of
+    /// its own beside the next commands ([`persist::applier`]; every read of RocksDB waits for
+    /// it), and takes its planned state as the engine's. A transaction that writes nothing changes nothing. On
     /// failure the planned state waits in [`Self::pending`] and the error is reported.
     fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
         let counters = |s: &GroupState| (s.commit_index, s.next_gc_seq);
@@ -369,15 +385,10 @@ impl DiskGroupEngine {
                 offset, expected,
                 "the engine is the commit partition's only writer"
             );
-            let synced = Instant::now();
-            let record = tx.record().map_err(|e| (offset, e))?;
-            self.db.apply(record, offset + 1).map_err(|e| (offset, e))?;
-            let (sync, write) = (synced - started, synced.elapsed());
-            crate::metrics::group_commit(&self.name, sync, write);
-            if let Some((metrics, placement)) = &self.metrics {
-                let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-                metrics.record_wal_batch(*placement, 1, nanos(write), nanos(sync));
-            }
+            let sync = started.elapsed();
+            let record = tx.record().map_err(|e| (offset, e))?.to_vec();
+            self.applier
+                .submit(self.apply_job(record, offset + 1, sync));
             Ok::<(), (u64, GroupError)>(())
         });
         match persisted {
@@ -393,6 +404,25 @@ impl DiskGroupEngine {
                 Err(e.into())
             }
         }
+    }
+
+    /// The work of applying a synced commit record (`next` is the replay position after it)
+    /// to RocksDB on the apply thread, reporting the commit's times once it is applied.
+    fn apply_job(&self, record: Vec<u8>, next: u64, sync: Duration) -> persist::applier::ApplyJob {
+        let db = Arc::clone(&self.db);
+        let name = self.name.clone();
+        let metrics = self.metrics.clone();
+        Box::new(move || {
+            let started = Instant::now();
+            db.apply(&record, next)?;
+            let write = started.elapsed();
+            crate::metrics::group_commit(&name, sync, write);
+            if let Some((metrics, placement)) = &metrics {
+                let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                metrics.record_wal_batch(*placement, 1, nanos(write), nanos(sync));
+            }
+            Ok(())
+        })
     }
 
     /// Takes a committed transaction's state as the engine's and marks the runtime cold-index

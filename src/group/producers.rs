@@ -70,7 +70,7 @@ impl DiskGroupEngine {
             ));
         }
         if p.producer_seq <= head.seq {
-            let Some(receipt) = self.db.receipt(id, &p.producer_id, p.producer_seq)? else {
+            let Some(receipt) = self.db()?.receipt(id, &p.producer_id, p.producer_seq)? else {
                 return Err(seq_conflict(p, head.seq + 1, format!(
                     "producer '{}' sequence {} is older than the retained receipt window ending at {}",
                     p.producer_id, p.producer_seq, head.seq

@@ -166,7 +166,7 @@ impl DiskGroupEngine {
         to: u64,
     ) -> Result<Vec<u8>, GroupEngineError> {
         let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
-        let externals = self.db.externals(id, from, to)?;
+        let externals = self.db()?.externals(id, from, to)?;
         let chunks = &row.cold_chunks;
         let mut cursor = from;
         while cursor < to {
@@ -245,7 +245,7 @@ impl DiskGroupEngine {
             return Ok(());
         }
         let key = super::keys::stream_key(id);
-        let messages = self.db.messages_covering(&key, from, to)?;
+        let messages = self.db()?.messages_covering(&key, from, to)?;
         let mut cursor = from;
         let mut wanted = messages.iter().peekable();
         let (Some(first), Some(last)) = (messages.first(), messages.last()) else {

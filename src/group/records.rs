@@ -155,7 +155,7 @@ impl DiskGroupEngine {
                 cursor.first, cursor.next
             )));
         }
-        self.db.record_start(id, record)?.ok_or_else(|| {
+        self.db()?.record_start(id, record)?.ok_or_else(|| {
             GroupError::Corrupt(format!("record {record} of stream '{id}' has no row")).into()
         })
     }
@@ -173,7 +173,7 @@ impl DiskGroupEngine {
         if offset == row.metadata.tail_offset {
             return Ok(cursor.next);
         }
-        self.db
+        self.db()?
             .record_at(id, offset)?
             .filter(|ordinal| *ordinal >= cursor.first)
             .ok_or_else(|| range_error("OffsetNotRecordBoundary"))
@@ -237,7 +237,7 @@ impl DiskGroupEngine {
         let first = if retained == tail {
             cursor.next
         } else {
-            self.db.record_at(id, retained)?.filter(|o| *o >= cursor.first).ok_or_else(|| {
+            self.db()?.record_at(id, retained)?.filter(|o| *o >= cursor.first).ok_or_else(|| {
                 GroupEngineError::stream_with_next_offset(
                     StreamErrorCode::InvalidRecordBoundaries,
                     format!("retention offset {retained} is not a retained record boundary for stream '{id}'"),
@@ -271,16 +271,16 @@ impl DiskGroupEngine {
         let mut originals: Vec<(u64, u64)> = Vec::new();
         match row.records {
             Some(cursor) => {
-                let starts = self.db.record_starts(id, cursor.first)?;
+                let starts = self.db()?.record_starts(id, cursor.first)?;
                 for (i, start) in starts.iter().enumerate() {
                     originals.push((*start, starts.get(i + 1).copied().unwrap_or(tail)));
                 }
             }
             None => {
-                for (start, m) in self.db.messages(id, 0, u64::MAX)? {
+                for (start, m) in self.db()?.messages(id, 0, u64::MAX)? {
                     originals.push((start, m.end_offset));
                 }
-                for e in self.db.externals(id, 0, tail)? {
+                for e in self.db()?.externals(id, 0, tail)? {
                     originals.push((e.start_offset, e.end_offset));
                 }
                 originals.sort_unstable();

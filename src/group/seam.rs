@@ -356,7 +356,7 @@ impl GroupEngine for DiskGroupEngine {
 
     fn shutdown<'a>(&'a mut self) -> GroupShutdownFuture<'a> {
         command!(self, {
-            self.db.flush()?;
+            self.db()?.flush()?;
             self.payloads
                 .log()
                 .sync()

@@ -32,7 +32,7 @@ impl DiskGroupEngine {
             let tail = row.metadata.tail_offset;
             let hot_from = row.hot_start_offset.max(row.retained_offset).min(tail);
             // Hot bytes are the runs between external segments above the hot start.
-            let externals = self.db.externals(id, 0, tail)?;
+            let externals = self.db()?.externals(id, 0, tail)?;
             let mut runs = Vec::new();
             let mut cursor = hot_from;
             for segment in externals.iter().filter(|e| e.end_offset > hot_from) {
@@ -68,7 +68,7 @@ impl DiskGroupEngine {
                 Some(cursor) => Some(
                     StreamRecordIndex::restore(
                         cursor.first,
-                        self.db.record_starts(id, cursor.first)?,
+                        self.db()?.record_starts(id, cursor.first)?,
                         row.retained_offset,
                         tail,
                     )

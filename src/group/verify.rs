@@ -50,7 +50,11 @@ impl DiskGroupEngine {
             self.verify_hot(id, row, &mut report).await;
             self.verify_cold(id, row, &mut report).await;
         }
-        if let Err(problem) = self.db.check_mirrors() {
+        let mirrors = self
+            .db()
+            .map_err(|e| e.to_string())
+            .and_then(|db| db.check_mirrors());
+        if let Err(problem) = mirrors {
             report.findings.push(GroupFinding {
                 stream: String::new(),
                 at: "rows in memory".into(),

@@ -85,7 +85,7 @@ impl DiskGroupEngine {
         };
         let tail = row.metadata.tail_offset;
         let mut hot_start = row.hot_start_offset.max(row.retained_offset).min(tail);
-        let externals = self.db.externals(id, hot_start, tail)?;
+        let externals = self.db()?.externals(id, hot_start, tail)?;
         for segment in &externals {
             if segment.start_offset <= hot_start && segment.end_offset > hot_start {
                 hot_start = segment.end_offset;
@@ -331,7 +331,7 @@ impl DiskGroupEngine {
         }
         self.settle_hot_start(&mut tx, id)?;
         // Message rows wholly below the new hot start are no longer needed for reads.
-        tx.delete_messages_below(&self.db, id, end)?;
+        tx.delete_messages_below(self.db()?, id, end)?;
         self.save_stream(&mut tx, id);
         tx.state.commit_index += 1;
         let response = FlushColdResponse {

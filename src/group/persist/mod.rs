@@ -1,6 +1,7 @@
 //! Persistence of a group: the payload log (payload and commit records), the commit record's
 //! codec, and RocksDB (column families, keys, rows, the binary stream row).
 
+pub(crate) mod applier;
 pub mod backup;
 pub mod commit_record;
 pub mod db;
