@@ -8,6 +8,11 @@
 //! stream row, message row, producer, usage, integrity and commit index, one fdatasync of the
 //! payload log's journal, then the same changes into RocksDB without its WAL), so the ratio prices
 //! that.
+//!
+//! Each timed run starts with no dirty data left in the page cache by an earlier one (a
+//! `sync(2)` first): the rows' stores stay on disk until the bench ends, and writeback of an
+//! earlier run's unsynced pages (Strata's segments are synced at checkpoints, not per command)
+//! would otherwise land on whichever engine runs next.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -282,8 +287,8 @@ pub async fn compare_group(
     let mut out = Vec::new();
     let rocks = RocksStreams::open(&root.join("rocksdb-single"))?;
     let (_store, mut engine) = open_engine(&root.join("strata-single")).await?;
-    let strata = strata_appends(&mut engine, w).await?;
-    let rocksdb = rocks.appends(w)?;
+    let strata = strata_appends(&mut engine, quiesced(w)).await?;
+    let rocksdb = rocks.appends(quiesced(w))?;
     out.push(row(
         format!("group append {} B, one per call", w.payload_size),
         (w.appends, (w.appends * w.payload_size) as u64),
@@ -294,8 +299,8 @@ pub async fn compare_group(
 
     let rocks = RocksStreams::open(&root.join("rocksdb-batch"))?;
     let (_store2, mut engine) = open_engine(&root.join("strata-batch")).await?;
-    let strata = strata_batches(&mut engine, w).await?;
-    let rocksdb = rocks.batches(w)?;
+    let strata = strata_batches(&mut engine, quiesced(w)).await?;
+    let rocksdb = rocks.batches(quiesced(w))?;
     out.push(row(
         format!("group append_batch {} x {} B", w.batch, w.payload_size),
         (w.appends, (w.appends * w.payload_size) as u64),
@@ -332,7 +337,7 @@ pub async fn compare_group(
         rocksdb,
     ));
     // Last, so that its writes disturb no other row.
-    let floor = disk_floor(&root.join("disk-floor"), w)?;
+    let floor = disk_floor(&root.join("disk-floor"), quiesced(w))?;
     out.push(row(
         "ceiling: batch bytes + fdatasync, no engine".into(),
         (w.appends, (w.appends * w.payload_size) as u64),
@@ -340,6 +345,13 @@ pub async fn compare_group(
         batch_rocksdb,
     ));
     Ok((out, flush))
+}
+
+/// `w`, once every file system's dirty data is written back (`sync(2)`), for a timed run that
+/// pays for no earlier run's writeback.
+fn quiesced(w: &GroupWorkload) -> &GroupWorkload {
+    rustix::fs::sync();
+    w
 }
 
 /// Bytes a command adds beyond its payloads in the disk floor (Strata's commit record and batch
