@@ -194,6 +194,9 @@ impl AsRef<[u8]> for MapView {
 /// Granularity at which a writer's finished pages are released (see [`RealMap::release`]).
 const RELEASE_CHUNK: usize = 2 << 20;
 
+/// Bytes prefaulted per `madvise` call (see [`WritableMap::prefault`]).
+const PREFAULT_PIECE: usize = 256 << 10;
+
 impl RealMap {
     /// Releases the chunks a write at `[offset, end)` finished. Writes are appends, so a chunk
     /// the writer moved past is complete; releasing its pages in one call (one TLB flush for the
@@ -260,11 +263,15 @@ impl WritableMap for RealMap {
         if start >= end {
             return Ok(());
         }
+        // In pieces: one call holds the process's mmap lock for its whole range, and every
+        // page fault or mapping change of another thread that queues behind it waits as long
+        // (2 MiB at once stalled an append's 37 KB pwrite for 2.4 ms).
         #[cfg(target_os = "linux")]
-        return self
-            .raw
-            .advise_range(memmap2::Advice::PopulateWrite, start, end - start);
-        #[cfg(not(target_os = "linux"))]
+        for at in (start..end).step_by(PREFAULT_PIECE) {
+            let len = PREFAULT_PIECE.min(end - at);
+            self.raw
+                .advise_range(memmap2::Advice::PopulateWrite, at, len)?;
+        }
         Ok(())
     }
 
