@@ -96,14 +96,19 @@ pub(crate) fn consumer_lag(log: &str, consumer: &str, partition: u32, lag: i64) 
     .set(lag as f64);
 }
 
-/// One group command made durable (`persist`: commit record appended and synced) and applied
-/// to RocksDB (`apply`).
+/// One durable group commit of `group` and how long its record took to persist (counted by
+/// the command's thread once the record is durable).
 #[cfg(feature = "ursula")]
-pub(crate) fn group_commit(group: &str, persist: Duration, apply: Duration) {
+pub(crate) fn group_commit(group: &str, persist: Duration) {
     let group = group.to_string();
     metrics::counter!("strata_group_commits_total", "group" => group.clone()).increment(1);
-    metrics::histogram!("strata_group_persist_seconds", "group" => group.clone()).record(persist);
-    metrics::histogram!("strata_group_apply_seconds", "group" => group).record(apply);
+    metrics::histogram!("strata_group_persist_seconds", "group" => group).record(persist);
+}
+
+/// How long RocksDB took to apply one commit record of `group` (on the apply thread).
+#[cfg(feature = "ursula")]
+pub(crate) fn group_apply(group: &str, apply: Duration) {
+    metrics::histogram!("strata_group_apply_seconds", "group" => group.to_string()).record(apply);
 }
 
 /// The outcome of a cold-tier task (`flush`, `compaction`, `gc`, `sweep`, `cold index`) of `group`.

@@ -386,6 +386,7 @@ impl DiskGroupEngine {
                 "the engine is the commit partition's only writer"
             );
             let sync = started.elapsed();
+            crate::metrics::group_commit(&self.name, sync);
             let record = tx.record().map_err(|e| (offset, e))?.to_vec();
             self.applier
                 .submit(self.apply_job(record, offset + 1, sync));
@@ -416,7 +417,7 @@ impl DiskGroupEngine {
             let started = Instant::now();
             db.apply(&record, next)?;
             let write = started.elapsed();
-            crate::metrics::group_commit(&name, sync, write);
+            crate::metrics::group_apply(&name, write);
             if let Some((metrics, placement)) = &metrics {
                 let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
                 metrics.record_wal_batch(*placement, 1, nanos(write), nanos(sync));
