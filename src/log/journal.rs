@@ -199,17 +199,30 @@ pub(crate) struct Preparation {
     to: u64,
 }
 
+/// Bytes of zeros a preparation writes between two syncs: a round's fdatasync that reaches the
+/// device meanwhile waits behind at most this much (a chunk of 1 MiB written and synced at once
+/// held a command's sync up to ~1-3 ms; in 256 KiB pieces, a probe of 600 frames of 37 KB each
+/// synced, with a chunk prepared beside them, measured mean 149 against 206 us, p99 1.4 against
+/// 2.9 ms).
+const PREPARE_SYNC_PIECE: u64 = 256 << 10;
+
 impl Preparation {
-    /// Writes zeros over the range and syncs them.
+    /// Writes zeros over the range, syncing every [`PREPARE_SYNC_PIECE`] and at the end.
     pub fn run(&self) -> StoreResult<()> {
         static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
         let mut at = self.from;
+        let mut unsynced = 0;
         while at < self.to {
             let n = (self.to - at).min(ZEROS.len() as u64);
             self.file
                 .write_at(&ZEROS[..n as usize], at)
                 .at(&self.path)?;
             at += n;
+            unsynced += n;
+            if unsynced >= PREPARE_SYNC_PIECE && at < self.to {
+                self.file.sync_data().at(&self.path)?;
+                unsynced = 0;
+            }
         }
         self.file.sync_data().at(&self.path)
     }
