@@ -25,7 +25,7 @@
 //! 32 payloads took ~10 us of the command's own thread.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::mpsc::{channel, Sender};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use bytes::Bytes;
@@ -33,6 +33,7 @@ use ursula_shard::BucketStreamId;
 
 use super::commit_record::Op;
 use super::state::integrity::{inline_digest, inline_digests, InlineAppend};
+use super::worker::{self, lock};
 
 /// Inline bytes a command must append for its digests to be deferred (below, they are hashed
 /// while sealing: handing off and patching rows costs about as much as hashing 8 KiB).
@@ -333,40 +334,24 @@ fn send_to_helper(work: Work) {
 fn helper() -> Option<&'static Mutex<Sender<Work>>> {
     static HELPER: OnceLock<Option<Mutex<Sender<Work>>>> = OnceLock::new();
     HELPER
-        .get_or_init(|| {
-            let (send, receive) = channel::<Work>();
-            let started = std::thread::Builder::new()
-                .name("strata-digests".into())
-                .spawn(move || {
-                    for work in receive {
-                        let job = match work {
-                            Work::Hash(job) => job,
-                            Work::Drop(spent) => {
-                                drop(spent);
-                                continue;
-                            }
-                        };
-                        // A panic while hashing must not leave the caller waiting for ever:
-                        // the job is marked finished and the caller hashes what is missing.
-                        if std::panic::catch_unwind(AssertUnwindSafe(|| job.run())).is_err() {
-                            job.abandon();
-                        }
-                    }
-                });
-            match started {
-                Ok(_) => Some(Mutex::new(send)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no digest helper thread; digests are hashed inline");
-                    None
-                }
-            }
-        })
+        .get_or_init(|| worker::start("strata-digests", "digests are hashed inline", run_work))
         .as_ref()
 }
 
-/// Locks `m`, taking over a lock poisoned by a panic elsewhere (the data is a plain value).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// The helper's part of `work`: hashes a job, or only drops a spent one.
+fn run_work(work: Work) {
+    let job = match work {
+        Work::Hash(job) => job,
+        Work::Drop(spent) => {
+            drop(spent);
+            return;
+        }
+    };
+    // A panic while hashing must not leave the caller waiting for ever: the job is marked
+    // finished and the caller hashes what is missing.
+    if std::panic::catch_unwind(AssertUnwindSafe(|| job.run())).is_err() {
+        job.abandon();
+    }
 }
 
 #[cfg(test)]

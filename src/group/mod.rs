@@ -60,6 +60,7 @@ mod transaction;
 mod tx;
 mod usage;
 mod verify;
+mod worker;
 
 // Short paths for the pieces the commands use (and the public codecs).
 pub use cold_tier::cold_paths;

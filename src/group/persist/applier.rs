@@ -16,9 +16,10 @@
 //!
 //! Without a thread (the system refused one), records are applied by the caller, as before.
 
-use std::sync::mpsc::{channel, Sender};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
+use crate::group::worker::{self, lock};
 use crate::group::GroupError;
 
 /// The work of applying one record (it owns what it needs, the database included).
@@ -77,19 +78,9 @@ impl Applier {
         &self,
         repair: impl FnOnce() -> Result<(), GroupError>,
     ) -> Result<(), GroupError> {
-        let failed = {
-            let mut state = lock(&self.shared.state);
-            while state.queued > 0 {
-                state = self
-                    .shared
-                    .idle
-                    .wait(state)
-                    .unwrap_or_else(|p| p.into_inner());
-            }
-            match &state.failed {
-                Some(e) => e.to_string(),
-                None => return Ok(()),
-            }
+        let failed = match &self.idle().failed {
+            Some(e) => e.to_string(),
+            None => return Ok(()),
         };
         tracing::warn!(error = %failed, "applying a commit record failed; replaying the log into RocksDB");
         repair()?;
@@ -101,11 +92,9 @@ impl Applier {
     pub fn has_failed(&self) -> bool {
         lock(&self.shared.state).failed.is_some()
     }
-}
 
-impl Drop for Applier {
-    /// Waits for the engine's jobs, so the database they hold is released with the engine.
-    fn drop(&mut self) {
+    /// The state once every job handed over is finished (locked).
+    fn idle(&self) -> MutexGuard<'_, State> {
         let mut state = lock(&self.shared.state);
         while state.queued > 0 {
             state = self
@@ -114,6 +103,14 @@ impl Drop for Applier {
                 .wait(state)
                 .unwrap_or_else(|p| p.into_inner());
         }
+        state
+    }
+}
+
+impl Drop for Applier {
+    /// Waits for the engine's jobs, so the database they hold is released with the engine.
+    fn drop(&mut self) {
+        drop(self.idle());
     }
 }
 
@@ -144,28 +141,13 @@ fn thread() -> Option<&'static Mutex<Sender<Queued>>> {
     static THREAD: OnceLock<Option<Mutex<Sender<Queued>>>> = OnceLock::new();
     THREAD
         .get_or_init(|| {
-            let (send, receive) = channel::<Queued>();
-            let started = std::thread::Builder::new()
-                .name("strata-apply".into())
-                .spawn(move || {
-                    for queued in receive {
-                        queued.run();
-                    }
-                });
-            match started {
-                Ok(_) => Some(Mutex::new(send)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no apply thread; commit records are applied inline");
-                    None
-                }
-            }
+            worker::start(
+                "strata-apply",
+                "commit records are applied inline",
+                Queued::run,
+            )
         })
         .as_ref()
-}
-
-/// Locks `m`, taking over a lock poisoned by a panic elsewhere (the data is a plain value).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
