@@ -360,8 +360,9 @@ impl DiskGroupEngine {
     /// payloads; large appends' digests are hashed meanwhile and added to the rows after it),
     /// then hands the record to the apply thread, which writes it to RocksDB without a sync of
     /// its own beside the next commands ([`persist::applier`]; every read of RocksDB waits for
-    /// it), and takes its planned state as the engine's. A transaction that writes nothing changes nothing. On
-    /// failure the planned state waits in [`Self::pending`] and the error is reported.
+    /// it), and takes its planned state as the engine's. A transaction that writes nothing
+    /// changes nothing. On failure the planned state waits in [`Self::pending`] and the error
+    /// is reported.
     fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
         let counters = |s: &GroupState| (s.commit_index, s.next_gc_seq);
         if tx.is_empty() && counters(&tx.state) == counters(&self.state) {

@@ -1,7 +1,7 @@
 //! Applying commit records to RocksDB behind the command thread.
 //!
 //! A command is done once its commit record is durable in the payload log (format/GROUP_STATE.md,
-//! "Write path"): the RocksDB write that follows is not durable anyway (no WAL; replay restores
+//! "Commit protocol and crash argument"): the RocksDB write that follows is not durable anyway (no WAL; replay restores
 //! it from the log), so it need not delay the command's answer. The engine hands each synced
 //! record to this process-wide thread (`strata-apply`) and takes the command's planned state as
 //! its own at once; the next command plans, writes its payloads and syncs while RocksDB takes
@@ -16,6 +16,7 @@
 //!
 //! Without a thread (the system refused one), records are applied by the caller, as before.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
@@ -116,14 +117,19 @@ impl Drop for Applier {
 
 impl Queued {
     /// Runs the job unless an earlier one of its engine failed, then marks it finished (the
-    /// job, and the database it holds, are dropped first).
+    /// job, and the database it holds, are dropped first). A job that panics counts as failed:
+    /// the thread goes on, and no one waits for ever.
     fn run(self) {
         let Queued { job, shared } = self;
         let outcome = if lock(&shared.state).failed.is_some() {
             drop(job);
             Ok(())
         } else {
-            job()
+            std::panic::catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|_| {
+                Err(GroupError::Corrupt(
+                    "applying a commit record panicked".into(),
+                ))
+            })
         };
         let mut state = lock(&shared.state);
         if let Err(e) = outcome {
@@ -211,5 +217,34 @@ mod tests {
             .settle(|| unreachable!("nothing failed"))
             .expect("no failure");
         assert_eq!(ran.load(Ordering::SeqCst), 5);
+    }
+
+    #[test]
+    fn a_panicking_job_counts_as_failed_and_nothing_hangs() {
+        let applier = Applier::default();
+        applier.submit(Box::new(|| panic!("a job panics")));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&ran);
+        applier.submit(Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }));
+        let failing = applier.settle(|| Err(GroupError::Corrupt("still broken".into())));
+        assert!(failing.is_err(), "the panic is a failure");
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            0,
+            "the job after it was skipped"
+        );
+        applier.settle(|| Ok(())).expect("repaired");
+        let counted = Arc::clone(&ran);
+        applier.submit(Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }));
+        applier
+            .settle(|| Ok(()))
+            .expect("the thread still runs jobs");
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
     }
 }
