@@ -321,7 +321,8 @@ enum Work {
     Drop(DigestJob),
 }
 
-/// Sends `work` to the helper thread; without one (or with it gone), hashes or drops it here.
+/// Sends `work` to the helper thread; without one (or with it gone), drops it here (a job's
+/// caller then hashes every append itself in [`DigestJob::wait`]).
 fn send_to_helper(work: Work) {
     let Some(helper) = helper() else { return };
     if let Err(unsent) = lock(helper).send(work) {

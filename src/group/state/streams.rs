@@ -40,21 +40,21 @@ impl Streams {
         Self { rows, hot }
     }
 
-    /// Adds or replaces a row; returns the row it replaced.
-    pub fn insert(&mut self, id: BucketStreamId, row: StreamRow) -> Option<StreamRow> {
+    /// Adds or replaces a row; returns the row it replaced (shared, not copied).
+    pub fn insert(&mut self, id: BucketStreamId, row: StreamRow) -> Option<Arc<StreamRow>> {
         self.hot += GroupState::stream_hot_bytes(&row);
         let old = self.rows.insert(id, Arc::new(row));
         if let Some(old) = &old {
             self.hot -= GroupState::stream_hot_bytes(old);
         }
-        old.map(Arc::unwrap_or_clone)
+        old
     }
 
-    /// Removes a row.
-    pub fn remove(&mut self, id: &BucketStreamId) -> Option<StreamRow> {
+    /// Removes a row; returns it (shared, not copied).
+    pub fn remove(&mut self, id: &BucketStreamId) -> Option<Arc<StreamRow>> {
         let old = self.rows.remove(id)?;
         self.hot -= GroupState::stream_hot_bytes(&old);
-        Some(Arc::unwrap_or_clone(old))
+        Some(old)
     }
 
     /// A row to change in place; the hot-byte sum follows when the guard drops.
