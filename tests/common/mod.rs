@@ -74,8 +74,20 @@ pub fn traced<T>(f: impl FnOnce() -> T) -> (T, String) {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    // Another test thread may have cached a callsite's interest while no subscriber of this
-    // thread existed (the event then never reaches this one): recompute it under ours.
+    // While no scoped subscriber has ever existed in the process, tracing registers a callsite
+    // by computing its interest from the global dispatcher (none: "never") without a lock, and
+    // publishes it afterwards; a callsite another test thread registers that way while ours
+    // is installed keeps "never", and its events never reach this subscriber (seen twice in a
+    // parallel run). A first scoped subscriber switches every later registration to a locked
+    // path; the pause lets registrations already under way finish; installing ours and
+    // rebuilding the interest cache then covers every callsite.
+    static FIRST: std::sync::Once = std::sync::Once::new();
+    FIRST.call_once(|| {
+        drop(tracing::subscriber::set_default(
+            tracing::subscriber::NoSubscriber::default(),
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    });
     let out = tracing::subscriber::with_default(subscriber, || {
         tracing::callsite::rebuild_interest_cache();
         f()
