@@ -268,19 +268,20 @@ impl DiskGroupEngine {
         if frontier > row.retained_offset {
             out.push((row.retained_offset, frontier));
         }
+        let db = self.db()?;
         let mut originals: Vec<(u64, u64)> = Vec::new();
         match row.records {
             Some(cursor) => {
-                let starts = self.db()?.record_starts(id, cursor.first)?;
+                let starts = db.record_starts(id, cursor.first)?;
                 for (i, start) in starts.iter().enumerate() {
                     originals.push((*start, starts.get(i + 1).copied().unwrap_or(tail)));
                 }
             }
             None => {
-                for (start, m) in self.db()?.messages(id, 0, u64::MAX)? {
+                for (start, m) in db.messages(id, 0, u64::MAX)? {
                     originals.push((start, m.end_offset));
                 }
-                for e in self.db()?.externals(id, 0, tail)? {
+                for e in db.externals(id, 0, tail)? {
                     originals.push((e.start_offset, e.end_offset));
                 }
                 originals.sort_unstable();

@@ -386,21 +386,22 @@ impl DiskGroupEngine {
     }
 
     fn reclaim_steps(&self) -> Result<u64, GroupEngineError> {
+        let db = self.db()?;
         let mut lowest: BTreeMap<u32, u64> = BTreeMap::new();
         for (id, row) in self.state.streams.iter() {
             let from = row.hot_start_offset.max(row.retained_offset);
             if from >= row.metadata.tail_offset {
                 continue;
             }
-            if let Some((_, m)) = self.db()?.first_message_from(id, from)? {
+            if let Some((_, m)) = db.first_message_from(id, from)? {
                 let entry = lowest.entry(row.partition).or_insert(m.log_offset);
                 *entry = (*entry).min(m.log_offset);
             }
         }
         // Commit records from the replay position on may be the only durable copy of their
         // changes until RocksDB flushes: read the position, flush, and keep them.
-        let durable = self.db()?.replay_from()?;
-        self.db()?.flush()?;
+        let durable = db.replay_from()?;
+        db.flush()?;
         let commits = lowest
             .entry(crate::group::commit_record::COMMIT_PARTITION)
             .or_insert(durable);
