@@ -17,8 +17,9 @@
 //! Without a thread (the system refused one), records are applied by the caller, as before.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::group::worker::{self, lock};
 use crate::group::GroupError;
@@ -32,19 +33,23 @@ pub(crate) struct Applier {
     shared: Arc<Shared>,
 }
 
+/// What the engine and the thread share. The counters are atomics so that handing over a
+/// record and finishing one take no lock (the command thread and the apply thread used to meet
+/// on one mutex per record); the locks are taken only by a failure and by a caller that waits.
 #[derive(Debug, Default)]
 struct Shared {
-    state: Mutex<State>,
-    /// Signalled when `queued` drops to zero.
-    idle: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct State {
     /// Jobs handed over and not yet finished (applied, failed or skipped).
-    queued: usize,
+    queued: AtomicUsize,
+    /// Whether `failure` holds an unrepaired failure (read without its lock by every job).
+    failing: AtomicBool,
     /// The first failure not yet repaired ([`Applier::settle`]); later jobs are skipped.
-    failed: Option<GroupError>,
+    failure: Mutex<Option<GroupError>>,
+    /// Callers inside [`Applier::idle`]: a finishing job signals `idle` only if there is one.
+    waiters: AtomicUsize,
+    /// Held to wait on or signal `idle`.
+    idle_lock: Mutex<()>,
+    /// Signalled when `queued` drops to zero while a caller waits.
+    idle: Condvar,
 }
 
 /// A job with the engine it belongs to.
@@ -56,14 +61,14 @@ struct Queued {
 impl Applier {
     /// Hands `job` to the thread (or runs it here without one).
     pub fn submit(&self, job: ApplyJob) {
-        lock(&self.shared.state).queued += 1;
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
         let queued = Queued {
             job,
             shared: Arc::clone(&self.shared),
         };
         match thread() {
             Some(sender) => {
-                if let Err(unsent) = lock(sender).send(queued) {
+                if let Err(unsent) = sender.send(queued) {
                     tracing::warn!("the apply thread is gone; commit records are applied inline");
                     unsent.0.run();
                 }
@@ -72,56 +77,61 @@ impl Applier {
         }
     }
 
-    /// Waits until every job handed over is finished; after a failure among them, runs
-    /// `repair` (which must bring RocksDB up to the log) and only then lets jobs run again. A
-    /// failed repair leaves the failure in place for the next call.
+    /// Waits until every job handed over is finished. If one failed, calls `repair` (which must
+    /// bring RocksDB up to the engine's log) and clears the failure once it succeeds; the
+    /// failure stays (and the later jobs stay skipped) while `repair` fails.
     pub fn settle(
         &self,
         repair: impl FnOnce() -> Result<(), GroupError>,
     ) -> Result<(), GroupError> {
-        let failed = match &self.idle().failed {
+        self.idle();
+        let failed = match &*lock(&self.shared.failure) {
             Some(e) => e.to_string(),
             None => return Ok(()),
         };
         tracing::warn!(error = %failed, "applying a commit record failed; replaying the log into RocksDB");
         repair()?;
-        lock(&self.shared.state).failed = None;
+        *lock(&self.shared.failure) = None;
+        self.shared.failing.store(false, Ordering::SeqCst);
         Ok(())
     }
 
-    /// True when a job has failed and no repair has run since (without waiting for the others).
+    /// Whether a job failed and no repair has succeeded since (without waiting for the rest).
     pub fn has_failed(&self) -> bool {
-        lock(&self.shared.state).failed.is_some()
+        self.shared.failing.load(Ordering::SeqCst)
     }
 
-    /// The state once every job handed over is finished (locked).
-    fn idle(&self) -> MutexGuard<'_, State> {
-        let mut state = lock(&self.shared.state);
-        while state.queued > 0 {
-            state = self
-                .shared
-                .idle
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
+    /// Waits until no job is queued.
+    fn idle(&self) {
+        let shared = &self.shared;
+        if shared.queued.load(Ordering::SeqCst) == 0 {
+            return;
         }
-        state
+        // Counted before `queued` is read again: a job that takes `queued` to zero after that
+        // read sees the waiter and signals; one that did so before it is seen here.
+        shared.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut guard = lock(&shared.idle_lock);
+        while shared.queued.load(Ordering::SeqCst) > 0 {
+            guard = shared.idle.wait(guard).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(guard);
+        shared.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Drop for Applier {
-    /// Waits for the engine's jobs, so the database they hold is released with the engine.
+    /// Waits for the engine's jobs: they hold its database, which must close after them.
     fn drop(&mut self) {
-        drop(self.idle());
+        self.idle();
     }
 }
 
 impl Queued {
-    /// Runs the job unless an earlier one of its engine failed, then marks it finished (the
-    /// job, and the database it holds, are dropped first). A job that panics counts as failed:
-    /// the thread goes on, and no one waits for ever.
+    /// Runs the job, unless an earlier one failed (a panic counts as a failure), and counts
+    /// it finished.
     fn run(self) {
         let Queued { job, shared } = self;
-        let outcome = if lock(&shared.state).failed.is_some() {
+        let outcome = if shared.failing.load(Ordering::SeqCst) {
             drop(job);
             Ok(())
         } else {
@@ -131,26 +141,29 @@ impl Queued {
                 ))
             })
         };
-        let mut state = lock(&shared.state);
         if let Err(e) = outcome {
-            state.failed.get_or_insert(e);
+            lock(&shared.failure).get_or_insert(e);
+            shared.failing.store(true, Ordering::SeqCst);
         }
-        state.queued -= 1;
-        if state.queued == 0 {
+        let before = shared.queued.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(before > 0, "a job finished that was never counted");
+        if before == 1 && shared.waiters.load(Ordering::SeqCst) > 0 {
+            // Taking the lock orders this signal after the waiter's check of `queued`.
+            drop(lock(&shared.idle_lock));
             shared.idle.notify_all();
         }
     }
 }
 
-/// The thread's queue, started on first use; `None` if the thread could not start.
-fn thread() -> Option<&'static Mutex<Sender<Queued>>> {
-    static THREAD: OnceLock<Option<Mutex<Sender<Queued>>>> = OnceLock::new();
+/// The apply thread's queue, started on first use; `None` if the thread could not start.
+fn thread() -> Option<&'static Sender<Queued>> {
+    static THREAD: OnceLock<Option<Sender<Queued>>> = OnceLock::new();
     THREAD
         .get_or_init(|| {
             worker::start(
                 "strata-apply",
                 "commit records are applied inline",
-                Queued::run,
+                |jobs| jobs.into_iter().for_each(Queued::run),
             )
         })
         .as_ref()
@@ -174,6 +187,26 @@ mod tests {
         }
         applier.settle(|| Ok(())).expect("no failure");
         assert_eq!(*lock(&seen), (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_wait_that_races_the_last_job_is_never_lost() {
+        // Each settle meets its one job about when the job finishes: a signal lost between
+        // the job's count and the waiter's would hang this loop.
+        let applier = Applier::default();
+        let ran = Arc::new(AtomicUsize::new(0));
+        for i in 0..2000 {
+            let counter = Arc::clone(&ran);
+            applier.submit(Box::new(move || {
+                if i % 2 == 0 {
+                    std::hint::spin_loop();
+                }
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }));
+            applier.settle(|| Ok(())).expect("no failure");
+            assert_eq!(ran.load(Ordering::SeqCst), i + 1);
+        }
     }
 
     #[test]
