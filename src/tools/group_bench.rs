@@ -278,8 +278,9 @@ impl RocksStreams {
 }
 
 /// Runs `w` on both engines in fresh directories under `root`: appends, batched appends, hot
-/// reads, the flush, and cold reads; then the disk's floor for batches ([`disk_floor`]) beside
-/// RocksDB's batch run. Returns the comparisons and the flush report.
+/// reads, the flush, cold reads, and batched appends after a warm-up ([`warm_up_bytes`]); then
+/// the disk's floors for batches ([`disk_floor`], prepared and fresh space) beside RocksDB's
+/// batch run. Returns the comparisons and the flush report.
 pub async fn compare_group(
     root: &Path,
     w: &GroupWorkload,
@@ -336,15 +337,59 @@ pub async fn compare_group(
         strata,
         rocksdb,
     ));
-    // Last, so that its writes disturb no other row.
-    let floor = disk_floor(&root.join("disk-floor"), quiesced(w))?;
+    drop(engine);
+    out.push(warmed_batches(root, w).await?);
+    // Last, so that their writes disturb no other row.
+    let ceiling = disk_floor(&root.join("disk-floor"), quiesced(w), Space::Prepared)?;
     out.push(row(
         "ceiling: batch bytes + fdatasync, no engine".into(),
         (w.appends, (w.appends * w.payload_size) as u64),
-        floor,
+        ceiling,
+        batch_rocksdb.clone(),
+    ));
+    let fresh = disk_floor(&root.join("disk-floor-fresh"), quiesced(w), Space::Fresh)?;
+    out.push(row(
+        "floor: batch bytes + fdatasync, fresh file".into(),
+        (w.appends, (w.appends * w.payload_size) as u64),
+        fresh,
         batch_rocksdb,
     ));
     Ok((out, flush))
+}
+
+/// Bytes each engine takes before the warmed batch run: two journal files of the group payload
+/// log and 8 MiB more, so that the run writes a recycled journal file (the third and later are
+/// written over without zeros ahead: Strata's steady state); RocksDB has flushed two memtables
+/// of its default size by then.
+pub fn warm_up_bytes() -> usize {
+    let journal = GroupOptions::default().payload_log.journal_bytes;
+    usize::try_from(2 * journal).unwrap_or(usize::MAX / 2) + (8 << 20)
+}
+
+/// `w`'s batched appends into a Strata group and a RocksDB database that have both taken
+/// [`warm_up_bytes`] in the same batches first (untimed).
+async fn warmed_batches(root: &Path, w: &GroupWorkload) -> Result<Comparison, String> {
+    let warm = GroupWorkload {
+        appends: warm_up_bytes().div_ceil(w.payload_size.max(1)),
+        ..*w
+    };
+    let rocks = RocksStreams::open(&root.join("rocksdb-warmed"))?;
+    let (_store, mut engine) = open_engine(&root.join("strata-warmed")).await?;
+    strata_batches(&mut engine, &warm).await?;
+    rocks.batches(&warm)?;
+    let strata = strata_batches(&mut engine, quiesced(w)).await?;
+    let rocksdb = rocks.batches(quiesced(w))?;
+    Ok(row(
+        format!(
+            "group append_batch {} x {} B, after {} MiB",
+            w.batch,
+            w.payload_size,
+            warm_up_bytes() >> 20
+        ),
+        (w.appends, (w.appends * w.payload_size) as u64),
+        strata,
+        rocksdb,
+    ))
 }
 
 /// `w`, once every file system's dirty data is written back (`sync(2)`), for a timed run that
@@ -358,12 +403,23 @@ fn quiesced(w: &GroupWorkload) -> &GroupWorkload {
 /// headers are about this size for a batch of one stream).
 const FLOOR_COMMAND_OVERHEAD: usize = 256;
 
+/// Where the disk floor writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    /// Into a file written (zeros) and synced whole beforehand, as a recycled journal file is.
+    Prepared,
+    /// At the end of a growing file, as a fresh log's file (RocksDB's WAL, a new journal file
+    /// not yet prepared) is: each fdatasync also writes the file's new size and extents.
+    Fresh,
+}
+
 /// The disk's floor for `append_batch`: each batch's payload bytes (plus
-/// `FLOOR_COMMAND_OVERHEAD`, 256 bytes) written at the end of what came before in one
-/// preallocated, written and synced file, then fdatasynced, batch after batch. No engine doing one durable
-/// write per command can beat it on this disk, so RocksDB's time over it is the highest ratio the
-/// `append_batch` row can reach.
-pub fn disk_floor(dir: &Path, w: &GroupWorkload) -> Result<AppendRun, String> {
+/// `FLOOR_COMMAND_OVERHEAD`, 256 bytes) written at the end of what came before in one file,
+/// then fdatasynced, batch after batch. In [`Space::Prepared`] no engine doing one durable
+/// write per command can beat it on this disk, so RocksDB's time over it is the highest ratio
+/// the `append_batch` row can reach; [`Space::Fresh`] is what writing into new space costs
+/// (an engine that prepares it ahead pays about as much again in zeros, once).
+pub fn disk_floor(dir: &Path, w: &GroupWorkload, space: Space) -> Result<AppendRun, String> {
     use crate::fs::{FileSystem, OpenMode, RealFs};
     let fs = RealFs;
     let err = |e: std::io::Error| format!("disk floor in {}: {e}", dir.display());
@@ -373,15 +429,17 @@ pub fn disk_floor(dir: &Path, w: &GroupWorkload) -> Result<AppendRun, String> {
         .map_err(err)?;
     let command = w.batch.max(1) * w.payload_size + FLOOR_COMMAND_OVERHEAD;
     let commands = w.appends.div_ceil(w.batch.max(1));
-    // Written and synced whole first, as Strata's journal is prepared ahead: overwriting
-    // written blocks makes fdatasync write no extent or size change.
-    let zeros = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    while at < (command * commands) as u64 {
-        file.write_at(&zeros, at).map_err(err)?;
-        at += zeros.len() as u64;
+    if space == Space::Prepared {
+        // Written and synced whole first, as Strata's journal is prepared ahead: overwriting
+        // written blocks makes fdatasync write no extent or size change.
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = 0u64;
+        while at < (command * commands) as u64 {
+            file.write_at(&zeros, at).map_err(err)?;
+            at += zeros.len() as u64;
+        }
+        file.sync_all().map_err(err)?;
     }
-    file.sync_all().map_err(err)?;
     let bytes = vec![0x5au8; command];
     let mut timer = Timer::start();
     for i in 0..commands {
@@ -440,7 +498,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_disk_floor_writes_each_command_after_the_last_into_a_prepared_file() {
+    fn the_disk_floor_writes_each_command_after_the_last_into_prepared_or_fresh_space() {
         let dir = tempfile::tempdir().unwrap();
         let floor = dir.path().join("floor-dir");
         let w = GroupWorkload {
@@ -449,15 +507,24 @@ mod tests {
             batch: 32,
             read_page: 1024,
         };
-        let run = disk_floor(&floor, &w).unwrap();
+        let run = disk_floor(&floor, &w, Space::Prepared).unwrap();
         assert!(run.latency.p50 > Duration::ZERO);
         let bytes = std::fs::read(floor.join("floor")).unwrap();
         let command = 32 * 100 + FLOOR_COMMAND_OVERHEAD;
         // Three commands (70 payloads in batches of 32), then the prepared zeros.
-        assert!(bytes.len() >= 3 * command);
+        assert!(bytes.len() > 3 * command);
         assert!(bytes[..3 * command].iter().all(|b| *b == 0x5a));
         assert!(bytes[3 * command..].iter().all(|b| *b == 0));
-        let again = disk_floor(&floor, &w).unwrap_err();
+        let again = disk_floor(&floor, &w, Space::Prepared).unwrap_err();
         assert!(again.contains("disk floor in"), "{again}");
+        let fresh = dir.path().join("fresh-dir");
+        disk_floor(&fresh, &w, Space::Fresh).unwrap();
+        let bytes = std::fs::read(fresh.join("floor")).unwrap();
+        assert_eq!(
+            bytes.len(),
+            3 * command,
+            "the file grows by each command only"
+        );
+        assert!(bytes.iter().all(|b| *b == 0x5a));
     }
 }
