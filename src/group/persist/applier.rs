@@ -127,8 +127,9 @@ impl Drop for Applier {
 }
 
 impl Queued {
-    /// Runs the job, unless an earlier one failed (a panic counts as a failure), and counts
-    /// it finished.
+    /// Runs the job unless an earlier one of its engine failed, then counts it finished (the
+    /// job, and the database it holds, are dropped first). A job that panics counts as failed:
+    /// the thread goes on, and no one waits for ever.
     fn run(self) {
         let Queued { job, shared } = self;
         let outcome = if shared.failing.load(Ordering::SeqCst) {
