@@ -195,6 +195,7 @@ impl AsRef<[u8]> for MapView {
 const RELEASE_CHUNK: usize = 2 << 20;
 
 /// Bytes prefaulted per `madvise` call (see [`WritableMap::prefault`]).
+#[cfg(target_os = "linux")]
 const PREFAULT_PIECE: usize = 256 << 10;
 
 impl RealMap {
