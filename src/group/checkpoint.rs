@@ -40,11 +40,11 @@ impl DiskGroupEngine {
         if offset == retained || offset <= row.hot_start_offset || offset <= reported {
             return Ok(true);
         }
+        let db = self.db()?;
         Ok(
-            matches!(self.db()?.message_at_or_before(id, offset - 1)?, Some((_, m)) if m.end_offset == offset)
+            matches!(db.message_at_or_before(id, offset - 1)?, Some((_, m)) if m.end_offset == offset)
                 || self.is_record_start(id, row, offset)?
-                || self
-                    .db
+                || db
                     .externals(id, offset - 1, offset)?
                     .iter()
                     .any(|e| e.end_offset == offset),
@@ -350,7 +350,7 @@ impl DiskGroupEngine {
             }
             self.release_shared(&mut tx, released, 0);
             let gone: Vec<u64> = self
-                .db
+                .db()?
                 .externals(&id, 0, target)?
                 .into_iter()
                 .filter(|e| e.end_offset <= target)

@@ -166,10 +166,9 @@ impl GroupOptions {
 /// the log `__group_<name>`, its cold objects in a [`ColdStore`].
 pub struct DiskGroupEngine {
     name: String,
-    /// Read through [`Self::db`], which waits for the records handed to `applier`.
-    db: Arc<GroupDb>,
-    /// Applies synced commit records to `db` beside the next commands.
-    applier: persist::applier::Applier,
+    /// The RocksDB state behind its apply thread, which takes synced commit records beside the
+    /// next commands; read through [`Self::db`], which waits for them.
+    db: persist::applier::Applier<GroupDb>,
     state: GroupState,
     payloads: PayloadLog,
     cold: ColdStore,
@@ -237,8 +236,7 @@ impl DiskGroupEngine {
         store.register_backup_source(name, Arc::downgrade(&source));
         Ok(Self {
             name: name.to_string(),
-            db: Arc::new(db),
-            applier: persist::applier::Applier::default(),
+            db: persist::applier::Applier::new(db),
             state,
             payloads,
             cold,
@@ -327,7 +325,7 @@ impl DiskGroupEngine {
     /// failed commit's planned state if its record is in the log (durable now, so the command
     /// took effect, although it reported an error) or drops it if not. Memory is not reloaded.
     fn settle(&mut self) -> Result<(), GroupError> {
-        if self.applier.has_failed() {
+        if self.db.has_failed() {
             self.db()?;
         }
         let Some(pending) = &self.pending else {
@@ -350,9 +348,7 @@ impl DiskGroupEngine {
     /// The RocksDB state, once every commit record handed to the apply thread is in it (after
     /// a failed one, once replaying the log has brought RocksDB up to the log).
     pub(crate) fn db(&self) -> Result<&GroupDb, GroupError> {
-        self.applier
-            .settle(|| replay(&self.db, &self.payloads).map(|_| ()))?;
-        Ok(&self.db)
+        self.db.settle(|db| replay(db, &self.payloads).map(|_| ()))
     }
 
     /// Persists, then applies `tx`: seals it (stream rows and counters), appends its commit
@@ -390,8 +386,7 @@ impl DiskGroupEngine {
             let sync = started.elapsed();
             crate::metrics::group_commit(&self.name, sync);
             let record = tx.record().map_err(|e| (offset, e))?.to_vec();
-            self.applier
-                .submit(self.apply_job(record, offset + 1, sync));
+            self.db.submit(self.apply_job(record, offset + 1, sync));
             Ok::<(), (u64, GroupError)>(())
         });
         match persisted {
@@ -411,11 +406,15 @@ impl DiskGroupEngine {
 
     /// The work of applying a synced commit record (`next` is the replay position after it)
     /// to RocksDB on the apply thread, reporting the commit's times once it is applied.
-    fn apply_job(&self, record: Vec<u8>, next: u64, sync: Duration) -> persist::applier::ApplyJob {
-        let db = Arc::clone(&self.db);
+    fn apply_job(
+        &self,
+        record: Vec<u8>,
+        next: u64,
+        sync: Duration,
+    ) -> impl FnOnce(&GroupDb) -> Result<(), GroupError> + Send + 'static {
         let name = self.name.clone();
         let metrics = self.metrics.clone();
-        Box::new(move || {
+        move |db: &GroupDb| {
             let started = Instant::now();
             db.apply(&record, next)?;
             let write = started.elapsed();
@@ -425,7 +424,7 @@ impl DiskGroupEngine {
                 metrics.record_wal_batch(*placement, 1, nanos(write), nanos(sync));
             }
             Ok(())
-        })
+        }
     }
 
     /// Takes a committed transaction's state as the engine's and marks the runtime cold-index

@@ -305,7 +305,7 @@ impl DiskGroupEngine {
     ) -> Result<bool, GroupEngineError> {
         Ok(match row.records {
             Some(cursor) => self
-                .db
+                .db()?
                 .record_at(id, offset)?
                 .is_some_and(|o| o >= cursor.first),
             None => false,

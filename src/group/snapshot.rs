@@ -81,7 +81,7 @@ impl DiskGroupEngine {
             let mut producer_states = Vec::new();
             for (producer_id, head) in self.state.producers.get(id).into_iter().flatten() {
                 let receipts = self
-                    .db
+                    .db()?
                     .receipts(id, producer_id)?
                     .into_iter()
                     .map(|(seq, r)| ProducerReceipt {

@@ -143,8 +143,8 @@ impl DiskGroupEngine {
         }
         // External objects must hold their bytes.
         let externals = match self
-            .db
-            .externals(id, row.retained_offset, row.metadata.tail_offset)
+            .db()
+            .and_then(|db| db.externals(id, row.retained_offset, row.metadata.tail_offset))
         {
             Ok(segments) => segments,
             Err(e) => {

@@ -61,8 +61,8 @@ impl DiskGroupEngine {
         let tail = row.metadata.tail_offset;
         let from = start.max(row.hot_start_offset.max(row.retained_offset));
         let external: u64 = self
-            .db
-            .externals(id, from, tail)
+            .db()
+            .and_then(|db| db.externals(id, from, tail))
             .map(|segments| {
                 segments
                     .iter()
@@ -119,7 +119,7 @@ impl DiskGroupEngine {
         let start = start.max(row.hot_start_offset.max(row.retained_offset));
         // Only contiguous hot bytes flush together: stop at the next external segment.
         let hot_end = self
-            .db
+            .db()?
             .externals(id, start, tail)?
             .iter()
             .map(|e| e.start_offset)
@@ -296,7 +296,7 @@ impl DiskGroupEngine {
             ));
         }
         if !self
-            .db
+            .db()?
             .externals(id, chunk.start_offset, chunk.end_offset)?
             .is_empty()
         {

@@ -7,9 +7,10 @@
 //! its own at once; the next command plans, writes its payloads and syncs while RocksDB takes
 //! the record (a 32 x 1 KiB `append_batch` spent ~20 us of its thread there).
 //!
-//! Everything that reads RocksDB or the memory mirrors of its rows first waits until every record
-//! the engine handed over is applied ([`Applier::settle`]), so a read never sees RocksDB behind
-//! the engine's state. Records of one engine are applied in order. Once one fails, the engine's
+//! The applier owns the database it applies to: the only way to reach it is
+//! [`Applier::settle`], which first waits until every record the engine handed over is applied,
+//! so no read of RocksDB or of the memory mirrors of its rows sees them behind the engine's
+//! state (a read written around the wait cannot compile). Records of one engine are applied in order. Once one fails, the engine's
 //! later records are not applied (RocksDB's replay position must not pass the failed one):
 //! the failure is reported to the next wait, and the engine then replays the log into RocksDB
 //! ([`crate::group::persist::replay`]), which applies every record from the failed one on.
@@ -25,11 +26,14 @@ use crate::group::worker::{self, lock};
 use crate::group::GroupError;
 
 /// The work of applying one record (it owns what it needs, the database included).
-pub(crate) type ApplyJob = Box<dyn FnOnce() -> Result<(), GroupError> + Send>;
+type ApplyJob = Box<dyn FnOnce() -> Result<(), GroupError> + Send>;
 
-/// One engine's records handed to the thread and not yet applied.
-#[derive(Debug, Default)]
-pub(crate) struct Applier {
+/// One engine's database (`T`: its RocksDB state) and the records handed to the thread for it
+/// and not yet applied.
+#[derive(Debug)]
+pub(crate) struct Applier<T> {
+    /// Reached only through [`Applier::settle`] (and by the jobs, in order).
+    target: Arc<T>,
     shared: Arc<Shared>,
 }
 
@@ -58,12 +62,21 @@ struct Queued {
     shared: Arc<Shared>,
 }
 
-impl Applier {
-    /// Hands `job` to the thread (or runs it here without one).
-    pub fn submit(&self, job: ApplyJob) {
+impl<T: Send + Sync + 'static> Applier<T> {
+    /// An applier of records to `target`.
+    pub fn new(target: T) -> Self {
+        Self {
+            target: Arc::new(target),
+            shared: Arc::default(),
+        }
+    }
+
+    /// Hands `job` to the thread (or runs it here without one); it is given the target.
+    pub fn submit(&self, job: impl FnOnce(&T) -> Result<(), GroupError> + Send + 'static) {
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        let target = Arc::clone(&self.target);
         let queued = Queued {
-            job,
+            job: Box::new(move || job(&target)),
             shared: Arc::clone(&self.shared),
         };
         match thread() {
@@ -77,30 +90,32 @@ impl Applier {
         }
     }
 
-    /// Waits until every job handed over is finished. If one failed, calls `repair` (which must
-    /// bring RocksDB up to the engine's log) and clears the failure once it succeeds; the
-    /// failure stays (and the later jobs stay skipped) while `repair` fails.
+    /// The target, once every job handed over is finished. If one failed, first calls `repair`
+    /// with it (which must bring RocksDB up to the engine's log) and clears the failure once it
+    /// succeeds; the failure stays (and the later jobs stay skipped) while `repair` fails.
     pub fn settle(
         &self,
-        repair: impl FnOnce() -> Result<(), GroupError>,
-    ) -> Result<(), GroupError> {
+        repair: impl FnOnce(&T) -> Result<(), GroupError>,
+    ) -> Result<&T, GroupError> {
         self.idle();
         let failed = match &*lock(&self.shared.failure) {
             Some(e) => e.to_string(),
-            None => return Ok(()),
+            None => return Ok(&self.target),
         };
         tracing::warn!(error = %failed, "applying a commit record failed; replaying the log into RocksDB");
-        repair()?;
+        repair(&self.target)?;
         *lock(&self.shared.failure) = None;
         self.shared.failing.store(false, Ordering::SeqCst);
-        Ok(())
+        Ok(&self.target)
     }
 
     /// Whether a job failed and no repair has succeeded since (without waiting for the rest).
     pub fn has_failed(&self) -> bool {
         self.shared.failing.load(Ordering::SeqCst)
     }
+}
 
+impl<T> Applier<T> {
     /// Waits until no job is queued.
     fn idle(&self) {
         let shared = &self.shared;
@@ -119,7 +134,7 @@ impl Applier {
     }
 }
 
-impl Drop for Applier {
+impl<T> Drop for Applier<T> {
     /// Waits for the engine's jobs: they hold its database, which must close after them.
     fn drop(&mut self) {
         self.idle();
@@ -177,16 +192,16 @@ mod tests {
 
     #[test]
     fn jobs_run_in_order_and_settle_waits_for_them_all() {
-        let applier = Applier::default();
+        let applier = Applier::new(());
         let seen = Arc::new(Mutex::new(Vec::new()));
         for i in 0..100 {
             let seen = Arc::clone(&seen);
-            applier.submit(Box::new(move || {
+            applier.submit(move |_| {
                 lock(&seen).push(i);
                 Ok(())
-            }));
+            });
         }
-        applier.settle(|| Ok(())).expect("no failure");
+        applier.settle(|_| Ok(())).expect("no failure");
         assert_eq!(*lock(&seen), (0..100).collect::<Vec<_>>());
     }
 
@@ -194,38 +209,38 @@ mod tests {
     fn a_wait_that_races_the_last_job_is_never_lost() {
         // Each settle meets its one job about when the job finishes: a signal lost between
         // the job's count and the waiter's would hang this loop.
-        let applier = Applier::default();
+        let applier = Applier::new(());
         let ran = Arc::new(AtomicUsize::new(0));
         for i in 0..2000 {
             let counter = Arc::clone(&ran);
-            applier.submit(Box::new(move || {
+            applier.submit(move |_| {
                 if i % 2 == 0 {
                     std::hint::spin_loop();
                 }
                 counter.fetch_add(1, Ordering::SeqCst);
                 Ok(())
-            }));
-            applier.settle(|| Ok(())).expect("no failure");
+            });
+            applier.settle(|_| Ok(())).expect("no failure");
             assert_eq!(ran.load(Ordering::SeqCst), i + 1);
         }
     }
 
     #[test]
     fn a_failure_skips_the_later_jobs_until_a_repair_succeeds() {
-        let applier = Applier::default();
+        let applier = Applier::new(());
         let ran = Arc::new(AtomicUsize::new(0));
         for i in 0..10 {
             let ran = Arc::clone(&ran);
-            applier.submit(Box::new(move || {
+            applier.submit(move |_| {
                 ran.fetch_add(1, Ordering::SeqCst);
                 if i == 3 {
                     return Err(GroupError::Corrupt("job 3".into()));
                 }
                 Ok(())
-            }));
+            });
         }
         let repaired = Arc::new(AtomicUsize::new(0));
-        let failing = applier.settle(|| Err(GroupError::Corrupt("repair failed".into())));
+        let failing = applier.settle(|_| Err(GroupError::Corrupt("repair failed".into())));
         assert!(failing.is_err());
         assert!(applier.has_failed(), "a failed repair keeps the failure");
         assert_eq!(
@@ -235,7 +250,7 @@ mod tests {
         );
         let counted = Arc::clone(&repaired);
         applier
-            .settle(|| {
+            .settle(|_| {
                 counted.fetch_add(1, Ordering::SeqCst);
                 Ok(())
             })
@@ -243,41 +258,41 @@ mod tests {
         assert_eq!(repaired.load(Ordering::SeqCst), 1);
         assert!(!applier.has_failed());
         let ran_after = Arc::clone(&ran);
-        applier.submit(Box::new(move || {
+        applier.submit(move |_| {
             ran_after.fetch_add(1, Ordering::SeqCst);
             Ok(())
-        }));
+        });
         applier
-            .settle(|| unreachable!("nothing failed"))
+            .settle(|_| unreachable!("nothing failed"))
             .expect("no failure");
         assert_eq!(ran.load(Ordering::SeqCst), 5);
     }
 
     #[test]
     fn a_panicking_job_counts_as_failed_and_nothing_hangs() {
-        let applier = Applier::default();
-        applier.submit(Box::new(|| panic!("a job panics")));
+        let applier = Applier::new(());
+        applier.submit(|_| panic!("a job panics"));
         let ran = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&ran);
-        applier.submit(Box::new(move || {
+        applier.submit(move |_| {
             counted.fetch_add(1, Ordering::SeqCst);
             Ok(())
-        }));
-        let failing = applier.settle(|| Err(GroupError::Corrupt("still broken".into())));
+        });
+        let failing = applier.settle(|_| Err(GroupError::Corrupt("still broken".into())));
         assert!(failing.is_err(), "the panic is a failure");
         assert_eq!(
             ran.load(Ordering::SeqCst),
             0,
             "the job after it was skipped"
         );
-        applier.settle(|| Ok(())).expect("repaired");
+        applier.settle(|_| Ok(())).expect("repaired");
         let counted = Arc::clone(&ran);
-        applier.submit(Box::new(move || {
+        applier.submit(move |_| {
             counted.fetch_add(1, Ordering::SeqCst);
             Ok(())
-        }));
+        });
         applier
-            .settle(|| Ok(()))
+            .settle(|_| Ok(()))
             .expect("the thread still runs jobs");
         assert_eq!(ran.load(Ordering::SeqCst), 1);
     }
