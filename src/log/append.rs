@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::partition::Partition;
 use crate::error::{StoreError, StoreResult};
 use crate::fs::{remove_if_present, sync_dir, write_file};
+use crate::segment::BodyCrc;
 use crate::segment::{
     index_file_name, segment_file_name, ActiveSegment, BatchHeader, SealedSegment, SegmentWriter,
     WriterMark, SEGMENT_HEADER_LEN,
@@ -102,11 +103,15 @@ impl PartitionWriter {
     }
 
     /// Seals `batch` at the next offset and copies it into the active segment.
-    pub fn write(&mut self, batch: &mut [u8], header: &mut BatchHeader) -> StoreResult<()> {
+    pub fn write(
+        &mut self,
+        batch: &mut [u8],
+        header: &mut BatchHeader,
+    ) -> StoreResult<Option<BodyCrc>> {
         header.base_offset = self.next_offset;
-        self.active.append(batch, header)?;
+        let body = self.active.append(batch, header)?;
         self.next_offset = header.last_offset() + 1;
-        Ok(())
+        Ok(body)
     }
 
     /// Makes the written bytes readable now (logs without a journal).

@@ -107,9 +107,9 @@ impl LogInner {
         let slot = |id: u32| ids.binary_search(&id).unwrap_or(0);
         let written = request.write(&mut |id, batch, header| {
             let (_, _, w) = &mut writers[slot(id)];
-            w.write(batch, header)?;
+            let body = w.write(batch, header)?;
             if let Some(j) = journal.as_mut() {
-                j.current.append(id, batch);
+                j.current.append(id, batch, body.as_ref());
             }
             Ok(())
         });

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::fs::{remove_if_present, sync_dir, FileRef, FileSystem, Fs, OpenMode, SyncGate};
-use crate::segment::DecodeError;
+use crate::segment::{body_crc, BodyCrc, DecodeError};
 
 /// Magic bytes at the start of a journal file.
 pub const JOURNAL_MAGIC: [u8; 8] = *b"STRATJNL";
@@ -105,6 +105,18 @@ pub fn encode_frame_header(
     synced_len: u64,
     batch: &[u8],
 ) -> [u8; FRAME_HEADER_LEN] {
+    frame_header_with_body(seq, partition, synced_len, batch, body_crc(batch).as_ref())
+}
+
+/// [`encode_frame_header`] with the batch's [`BodyCrc`], if sealing hashed one: the frame's
+/// CRC then reads only the batch's first 8 bytes again.
+fn frame_header_with_body(
+    seq: u64,
+    partition: u32,
+    synced_len: u64,
+    batch: &[u8],
+    body: Option<&BodyCrc>,
+) -> [u8; FRAME_HEADER_LEN] {
     let mut out = [0u8; FRAME_HEADER_LEN];
     let len = (FRAME_HEADER_LEN + batch.len()) as u32;
     out[0..4].copy_from_slice(&len.to_le_bytes());
@@ -113,7 +125,13 @@ pub fn encode_frame_header(
     out[24..32].copy_from_slice(&synced_len.to_le_bytes());
     let mut crc = crc32fast::Hasher::new();
     crc.update(&out[8..]);
-    crc.update(batch);
+    match body {
+        Some(body) => {
+            crc.update(&batch[..8]);
+            crc.combine(body);
+        }
+        None => crc.update(batch),
+    }
     out[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
     out
 }
@@ -359,13 +377,17 @@ impl JournalFile {
         })
     }
 
-    /// Adds a frame of `batch` (a sealed batch of `partition`) after the last one, in memory;
-    /// the next round's leader writes it to the file (the caller made room:
-    /// [`Journal::make_room`]).
-    pub fn append(&mut self, partition: u32, batch: &[u8]) {
+    /// Adds a frame of `batch` (a sealed batch of `partition`, whose [`BodyCrc`] sealing
+    /// returned) after the last one, in memory; the next round's leader writes it to the file
+    /// (the caller made room: [`Journal::make_room`]).
+    pub fn append(&mut self, partition: u32, batch: &[u8], body: Option<&BodyCrc>) {
         let end = self.len + (FRAME_HEADER_LEN + batch.len()) as u64;
         assert!(end <= self.prepared, "a frame past the prepared space");
-        let header = encode_frame_header(self.seq, partition, self.synced, batch);
+        debug_assert_eq!(
+            body.map(|b| b.clone().finalize()),
+            body_crc(batch).map(|b| b.finalize())
+        );
+        let header = frame_header_with_body(self.seq, partition, self.synced, batch, body);
         self.buffer.extend_from_slice(&header);
         self.buffer.extend_from_slice(batch);
         self.len = end;
@@ -596,6 +618,16 @@ mod tests {
             assert!(decode_frame(&bad, 7).is_err(), "flip at {i}");
         }
         assert!(decode_frame(&[0u8; 64], 0).is_err(), "zeros never decode");
+        for len in [8 * 1024 + 7, 8 * 1024 + 8, 8 * 1024 + 9, 70_000] {
+            let batch: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+            assert!(body_crc(&batch).is_some() == (len >= 8 * 1024 + 8), "{len}");
+            let header = encode_frame_header(7, 3, 4096, &batch);
+            let mut direct = crc32fast::Hasher::new();
+            direct.update(&header[8..]);
+            direct.update(&batch);
+            let crc = u32::from_le_bytes(header[4..8].try_into().unwrap());
+            assert_eq!(crc, direct.finalize(), "a combined CRC of {len} bytes");
+        }
         assert_eq!(decode_journal_header(&encode_journal_header(9)), Ok(9));
     }
 }

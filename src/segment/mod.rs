@@ -15,9 +15,9 @@ pub mod scan;
 pub mod writer;
 
 pub use codec::{
-    batch_spans, check_batch, check_crc, decode_batch, decode_checked, decode_header, encode_batch,
-    encode_unsealed, seal_batch, visit_checked, BatchHeader, Compression, BATCH_HEADER_LEN,
-    BATCH_HEADER_LEN_V1, MAX_BATCH_LEN, MAX_RECORDS_LEN, SYNCED_LEN_UNKNOWN,
+    batch_spans, body_crc, check_batch, check_crc, decode_batch, decode_checked, decode_header,
+    encode_batch, encode_unsealed, seal_batch, visit_checked, BatchHeader, BodyCrc, Compression,
+    BATCH_HEADER_LEN, BATCH_HEADER_LEN_V1, MAX_BATCH_LEN, MAX_RECORDS_LEN, SYNCED_LEN_UNKNOWN,
 };
 pub use detached_sync::DetachedSync;
 pub use error::{DecodeError, EncodeError};

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::codec::{seal_batch, BatchHeader};
+use super::codec::{seal_batch, BatchHeader, BodyCrc};
 use super::detached_sync::DetachedSync;
 use super::header::{encode_segment_header, SEGMENT_HEADER_LEN};
 use super::index::SegmentIndex;
@@ -284,9 +284,13 @@ impl SegmentWriter {
     }
 
     /// Seals the unsealed batch `batch` (its base offset as `header` says, this file's synced
-    /// length) and copies it after the data. The caller makes room first (rolls when
-    /// [`Self::remaining`] is too small).
-    pub fn append(&mut self, batch: &mut [u8], header: &mut BatchHeader) -> StoreResult<()> {
+    /// length) and copies it after the data; returns its [`BodyCrc`] if sealing hashed one.
+    /// The caller makes room first (rolls when [`Self::remaining`] is too small).
+    pub fn append(
+        &mut self,
+        batch: &mut [u8],
+        header: &mut BatchHeader,
+    ) -> StoreResult<Option<BodyCrc>> {
         if batch.len() as u64 > self.remaining() {
             return Err(StoreError::Invalid(format!(
                 "a {} byte batch does not fit the {} bytes left in {}",
@@ -297,7 +301,7 @@ impl SegmentWriter {
         }
         self.allocate_to(self.len + batch.len() as u64)?;
         let base = header.base_offset;
-        seal_batch(batch, header, base, self.synced);
+        let body = seal_batch(batch, header, base, self.synced);
         self.map.write(self.len as usize, batch).at(&self.path)?;
         let position = self.len;
         let interval = self.index_interval;
@@ -305,7 +309,7 @@ impl SegmentWriter {
             .update_index(|index| note_batch(index, position, header, interval));
         self.len += batch.len() as u64;
         self.prefault_ahead();
-        Ok(())
+        Ok(body)
     }
 
     /// Asks for the next range of the mapping to be prefaulted once less than the distance
