@@ -22,7 +22,7 @@ use super::payload::PayloadLog;
 use super::producers::{producer_item, ProducerDecision};
 use super::records;
 use super::rows::MessageRow;
-use super::state::{is_closed, renew_ttl, GroupState};
+use super::state::{is_closed, is_expired, renew_ttl, GroupState};
 use super::tx::Tx;
 use super::{not_found, stream_error, DiskGroupEngine};
 
@@ -91,14 +91,27 @@ impl DiskGroupEngine {
         tx: &mut Tx,
         input: AppendInput,
     ) -> Result<Result<PlannedAppend, AppendOutcome>, GroupEngineError> {
-        let id: &BucketStreamId = &input.stream_id;
-        self.validate_scope(&tx.state, id)?;
+        self.validate_scope(&tx.state, &input.stream_id)?;
         validate_producer(input.producer.as_ref())?;
-        if !tx.state.streams.contains_key(id) {
-            return Err(not_found(id));
-        }
-        if self.expire_if_due(tx, id, input.now_ms) {
-            return Err(not_found(id));
+        self.plan_scoped(tx, input)
+    }
+
+    /// [`Self::plan_append`] past its checks of the stream id, bucket and producer (a batch
+    /// makes those once for all its appends).
+    fn plan_scoped(
+        &self,
+        tx: &mut Tx,
+        input: AppendInput,
+    ) -> Result<Result<PlannedAppend, AppendOutcome>, GroupEngineError> {
+        let id: &BucketStreamId = &input.stream_id;
+        // One lookup for presence and expiry (`expire_if_due`'s check).
+        match tx.state.streams.get(id) {
+            None => return Err(not_found(id)),
+            Some(row) if is_expired(&row.metadata, input.now_ms) => {
+                self.remove_stream(tx, id);
+                return Err(not_found(id));
+            }
+            Some(_) => {}
         }
         if let ProducerDecision::Duplicate { receipt, producer } =
             self.evaluate_producer(&tx.state, id, input.producer.as_ref())?
@@ -133,22 +146,19 @@ impl DiskGroupEngine {
                 record_range,
             }));
         }
+        // One lookup for the checks below (each only reads the state).
+        let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
         if let Some(expected) = input.record_match {
-            let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
             records::check_record_match(row, expected)?;
         }
         let ends = match &input.content_type {
             Some(content_type) => records::record_ends(content_type, &input.payload)?,
             None => Vec::new(),
         };
-        {
-            let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
-            records::prepare(row, input.payload.len() as u64, &ends)?;
-        }
+        records::prepare(row, input.payload.len() as u64, &ends)?;
         if !input.payload.is_empty() {
             self.check_retained_quota(&tx.state, &id.bucket_id, input.payload.len() as u64)?;
         }
-        let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
         let m = &row.metadata;
         if is_closed(m) {
             if input.close_after && input.payload.is_empty() {
@@ -216,7 +226,10 @@ impl DiskGroupEngine {
         }
         let partition = row.partition;
         drop(row);
-        self.commit_records(tx, id, offset, &plan.ends);
+        if record_range.is_some() {
+            // Only a stream that counts records has any to write.
+            self.commit_records(tx, id, offset, &plan.ends);
+        }
         if let Some(log_offset) = log_offset {
             let row = MessageRow {
                 end_offset: next_offset,
@@ -483,6 +496,9 @@ impl DiskGroupEngine {
         let now_ms = inputs.iter().flatten().next().map_or(0, |i| i.now_ms);
         let mut payloads = Vec::new();
         let mut items = Vec::with_capacity(inputs.len());
+        tx.reserve_messages(id, inputs.len());
+        // The same stream, bucket and (no) producer for every item: checked once.
+        let scope = self.validate_scope(&tx.state, id);
         for input in inputs {
             let Some(input) = input else {
                 items.push(Err(stream_error(
@@ -491,7 +507,7 @@ impl DiskGroupEngine {
                 )));
                 continue;
             };
-            let item = match self.plan_append(tx, input) {
+            let item = match scope.clone().and_then(|()| self.plan_scoped(tx, input)) {
                 Err(e) => Err(e),
                 Ok(Err(answer)) => self.append_response(&tx.state, id, answer, placement),
                 Ok(Ok(plan)) => {

@@ -74,6 +74,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use ursula_runtime::{GroupEngineError, GroupEngineMetrics};
 use ursula_shard::{BucketStreamId, ShardPlacement};
 use ursula_stream::StreamErrorCode;
@@ -366,14 +368,12 @@ impl DiskGroupEngine {
         }
         tx.seal();
         // Nothing reached the log if these fail: the planned state is dropped.
-        tx.record()?;
+        let record = tx.take_record()?;
         let expected = self.payloads.next_commit_offset()?;
         let digests = tx.start_digests();
         let persisted = crate::blocking::blocking(|| {
             let started = Instant::now();
-            let committed = tx
-                .record()
-                .and_then(|record| self.payloads.commit(record, now_ms()));
+            let committed = self.payloads.commit(record.clone(), now_ms());
             // Before the outcome is looked at: a pending transaction holds its digests too.
             if let Some(job) = digests {
                 tx.finish_digests(job);
@@ -385,8 +385,10 @@ impl DiskGroupEngine {
             );
             let sync = started.elapsed();
             crate::metrics::group_commit(&self.name, sync);
-            let record = tx.record().map_err(|e| (offset, e))?.to_vec();
-            self.db.submit(self.apply_job(record, offset + 1, sync));
+            // The rows `finish_digests` wrote again, applied after the record in one batch.
+            let rewrites = tx.take_record().map_err(|e| (offset, e))?;
+            self.db
+                .submit(self.apply_job([record, rewrites], offset + 1, sync));
             Ok::<(), (u64, GroupError)>(())
         });
         match persisted {
@@ -404,11 +406,12 @@ impl DiskGroupEngine {
         }
     }
 
-    /// The work of applying a synced commit record (`next` is the replay position after it)
-    /// to RocksDB on the apply thread, reporting the commit's times once it is applied.
+    /// The work of applying a synced commit record and the rows written again after it (`next`
+    /// is the replay position after the record) to RocksDB on the apply thread, reporting the
+    /// commit's times once it is applied.
     fn apply_job(
         &self,
-        record: Vec<u8>,
+        records: [Bytes; 2],
         next: u64,
         sync: Duration,
     ) -> impl FnOnce(&GroupDb) -> Result<(), GroupError> + Send + 'static {
@@ -416,7 +419,7 @@ impl DiskGroupEngine {
         let metrics = self.metrics.clone();
         move |db: &GroupDb| {
             let started = Instant::now();
-            db.apply(&record, next)?;
+            db.apply(&[&records[0], &records[1]], next)?;
             let write = started.elapsed();
             crate::metrics::group_apply(&name, write);
             if let Some((metrics, placement)) = &metrics {

@@ -136,6 +136,11 @@ impl CommitRecord {
         self.bytes
     }
 
+    /// Makes room for `bytes` more of encoded changes.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.bytes.reserve(bytes);
+    }
+
     /// Whether no change was added.
     pub fn is_empty(&self) -> bool {
         self.bytes.len() == 1

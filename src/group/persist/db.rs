@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use bytes::Bytes;
+
 use rocksdb::{
     ColumnFamilyDescriptor, Direction, FlushOptions, IteratorMode, Options, WriteBatch,
     WriteOptions, DB,
@@ -116,6 +118,8 @@ pub(crate) struct Writes {
     error: Option<GroupError>,
     dirty_streams: Vec<BucketStreamId>,
     dirty_usage: Vec<String>,
+    /// A key being built (message keys: one per append, not one allocation each).
+    key: Vec<u8>,
 }
 
 impl GroupDb {
@@ -189,7 +193,7 @@ impl GroupDb {
         if let Some(e) = tx.error {
             return Err(e);
         }
-        self.apply(tx.record.as_bytes(), replay_from)?;
+        self.apply(&[tx.record.as_bytes()], replay_from)?;
         self.flush()
     }
 
@@ -204,13 +208,15 @@ impl GroupDb {
         Ok(self.db.get_cf(self.cf(cf)?, key)?)
     }
 
-    /// Applies the changes of a commit record, and `next` as the replay position, in one
-    /// atomic batch without RocksDB's write-ahead log: the commit record in the payload log is
-    /// what makes them durable (format/GROUP_STATE.md, "Commit protocol").
-    pub fn apply(&self, record: &[u8], next: u64) -> Result<(), GroupError> {
-        // The batch holds about the record's bytes (its ops, re-framed): reserved once rather
+    /// Applies the changes of commit records (in order: a later put of a key wins), and `next`
+    /// as the replay position, in one atomic batch without RocksDB's write-ahead log: the
+    /// commit record in the payload log is what makes them durable (format/GROUP_STATE.md,
+    /// "Commit protocol"; a command's digest rewrites follow its record, "Deferred digests").
+    pub fn apply(&self, records: &[&[u8]], next: u64) -> Result<(), GroupError> {
+        // The batch holds about the records' bytes (their ops, re-framed): reserved once rather
         // than grown by doubling while the ops are added.
-        let mut batch = WriteBatch::with_capacity_bytes(record.len() + 64);
+        let bytes: usize = records.iter().map(|r| r.len()).sum();
+        let mut batch = WriteBatch::with_capacity_bytes(bytes + 64);
         let mut mirrored = Vec::new();
         // Each family's handle looked up once per record, not once per op.
         let mut handles = [None; COLUMN_FAMILIES.len()];
@@ -222,18 +228,22 @@ impl GroupDb {
                 Ok::<_, GroupError>(found)
             }
         };
-        commit_record::decode(record, |op| {
-            match op {
-                Op::Put { cf, key, value } => batch.put_cf(handle(cf)?, key, value),
-                Op::Delete { cf, key } => batch.delete_cf(handle(cf)?, key),
-                Op::DeleteRange { cf, from, to } => batch.delete_range_cf(handle(cf)?, from, to),
-                Op::Requires { .. } | Op::Digest { .. } => return Ok(()),
-            }
-            if matches!(op.cf(), MESSAGES_CF_INDEX | EXTERNAL_CF_INDEX) {
-                mirrored.push(op);
-            }
-            Ok(())
-        })?;
+        for record in records {
+            commit_record::decode(record, |op| {
+                match op {
+                    Op::Put { cf, key, value } => batch.put_cf(handle(cf)?, key, value),
+                    Op::Delete { cf, key } => batch.delete_cf(handle(cf)?, key),
+                    Op::DeleteRange { cf, from, to } => {
+                        batch.delete_range_cf(handle(cf)?, from, to)
+                    }
+                    Op::Requires { .. } | Op::Digest { .. } => return Ok(()),
+                }
+                if matches!(op.cf(), MESSAGES_CF_INDEX | EXTERNAL_CF_INDEX) {
+                    mirrored.push(op);
+                }
+                Ok(())
+            })?;
+        }
         batch.put_cf(self.cf(CF_META)?, META_REPLAY_FROM, next.to_be_bytes());
         let mut options = WriteOptions::default();
         options.disable_wal(true);
@@ -811,12 +821,13 @@ impl Writes {
         self.delete_raw(CF_COLD_CHUNKS, &crate::group::keys::message_key(id, start));
     }
 
-    /// The encoded commit record, or the first error met while building it.
-    pub fn record(&self) -> Result<&[u8], GroupError> {
-        match &self.error {
-            Some(e) => Err(GroupError::Corrupt(e.to_string())),
-            None => Ok(self.record.as_bytes()),
+    /// The encoded commit record, taken (writes added after it start a new one), or the first
+    /// error met while building it.
+    pub fn take_record(&mut self) -> Result<Bytes, GroupError> {
+        if let Some(e) = &self.error {
+            return Err(GroupError::Corrupt(e.to_string()));
         }
+        Ok(Bytes::from(std::mem::take(&mut self.record).into_bytes()))
     }
 
     /// True when the record holds no write and no stream is marked.
@@ -852,6 +863,15 @@ impl Writes {
         std::mem::take(&mut self.dirty_usage)
     }
 
+    /// Makes room in the commit record for `appends` more message rows of `id` (a requirement,
+    /// a put of the row and a digest op each, [`Self::put_message`]), so it is not grown by
+    /// doubling while a batch is planned.
+    pub fn reserve_messages(&mut self, id: &BucketStreamId, appends: usize) {
+        // Requirement 13 bytes, put 10 + key + 16 byte row, digest op 21.
+        let per_append = 13 + 10 + crate::group::keys::stream_key_len(id) + 8 + 16 + 21;
+        self.record.reserve(appends.saturating_mul(per_append));
+    }
+
     /// Writes one message row of a stream whose payloads live in `partition` (and records that
     /// the command needs that payload record).
     pub fn put_message(
@@ -865,11 +885,14 @@ impl Writes {
             partition,
             offset: row.log_offset,
         });
-        self.put_raw(
-            CF_MESSAGES,
-            &crate::group::keys::message_key(id, start),
-            &row.encode(),
-        );
+        self.key.clear();
+        crate::group::keys::push_stream_key(&mut self.key, id);
+        self.key.extend_from_slice(&start.to_be_bytes());
+        self.record.push(Op::Put {
+            cf: MESSAGES_CF_INDEX,
+            key: &self.key,
+            value: &row.encode(),
+        });
     }
 
     /// Removes the message rows of `id` that end at or below `offset` (a message straddling it

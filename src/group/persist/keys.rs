@@ -9,18 +9,28 @@ use ursula_shard::BucketStreamId;
 /// Callers validate ids first (bucket <= 64 bytes, stream and affinity <= 122 bytes).
 pub fn stream_key(id: &BucketStreamId) -> Vec<u8> {
     // Room for an offset after it too (message, record and chunk keys): one allocation each.
+    let mut out = Vec::with_capacity(stream_key_len(id) + 8);
+    push_stream_key(&mut out, id);
+    out
+}
+
+/// The length of the [`stream_key`] of `id`.
+pub fn stream_key_len(id: &BucketStreamId) -> usize {
     let affinity = id.affinity_key.as_ref().map_or(0, |a| 1 + a.len());
-    let mut out = Vec::with_capacity(3 + id.bucket_id.len() + affinity + id.stream_id.len() + 8);
-    push_short(&mut out, id.bucket_id.as_bytes());
+    3 + id.bucket_id.len() + affinity + id.stream_id.len()
+}
+
+/// Appends the [`stream_key`] of `id` to `out`.
+pub fn push_stream_key(out: &mut Vec<u8>, id: &BucketStreamId) {
+    push_short(out, id.bucket_id.as_bytes());
     match &id.affinity_key {
         Some(affinity) => {
             out.push(1);
-            push_short(&mut out, affinity.as_bytes());
+            push_short(out, affinity.as_bytes());
         }
         None => out.push(0),
     }
-    push_short(&mut out, id.stream_id.as_bytes());
-    out
+    push_short(out, id.stream_id.as_bytes());
 }
 
 /// Decodes a stream key written by [`stream_key`], returning the id and the bytes after it.
@@ -120,6 +130,12 @@ mod tests {
         }
         assert!(!stream_key(&b).starts_with(&stream_key(&a)));
         assert!(message_key(&a, 1) < message_key(&a, 256));
+        let mut pushed = vec![9];
+        push_stream_key(&mut pushed, &c);
+        assert_eq!(pushed[1..], stream_key(&c)[..]);
+        for id in [&a, &b, &c] {
+            assert_eq!(stream_key_len(id), stream_key(id).len());
+        }
         assert_eq!(prefix_end(&[1, 255]), vec![2]);
     }
 }

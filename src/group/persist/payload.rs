@@ -109,12 +109,11 @@ impl PayloadLog {
     /// Appends a command's commit record and waits (leading the group commit when no one else
     /// does) until it and every payload written before it are durable; returns its offset.
     /// Blocking: call it through [`crate::blocking::blocking`].
-    pub fn commit(&self, record: &[u8], now_ms: u64) -> Result<u64, GroupError> {
+    pub fn commit(&self, record: Bytes, now_ms: u64) -> Result<u64, GroupError> {
         let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
-        let value = Bytes::copy_from_slice(record);
         let (offset, _) = self
             .log
-            .append_blocking(COMMIT_PARTITION, vec![NewRecord::value(timestamp, value)])?;
+            .append_blocking(COMMIT_PARTITION, vec![NewRecord::value(timestamp, record)])?;
         u64::try_from(offset).map_err(|_| GroupError::Corrupt(format!("commit offset {offset}")))
     }
 

@@ -27,13 +27,16 @@ pub(crate) fn replay(db: &GroupDb, payloads: &PayloadLog) -> Result<u64, GroupEr
     payloads.commit_records(db.replay_from()?, |offset, record| {
         torn = torn || !payloads.holds_requirements(record)?;
         if !torn {
-            db.apply(&with_digests(record, payloads)?, offset + 1)?;
+            db.apply(&[&with_digests(record, payloads)?], offset + 1)?;
             applied += 1;
         }
         Ok(())
     })?;
     if torn {
-        db.apply(CommitRecord::default().as_bytes(), payloads.commit_end()?)?;
+        db.apply(
+            &[CommitRecord::default().as_bytes()],
+            payloads.commit_end()?,
+        )?;
         db.flush()?;
     }
     Ok(applied)
