@@ -26,6 +26,7 @@
 //! next command's job, while that command syncs ([`serve`]).
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -321,19 +322,67 @@ impl DigestJob {
             .collect();
         let mut sums = sum_per_stream(&slot.items, digests);
         add_per_stream(&mut sums, self.late.iter().zip(digests_of(&self.late)));
-        send_to_helper(Work::Drop(self));
+        retire(self);
         sums
     }
 }
 
-/// What the helper thread is given.
+/// What the helper thread is sent.
 #[derive(Debug)]
 enum Work {
     /// A job to hash.
     Hash(Arc<JobSlot>),
-    /// A finished job to drop (its payloads freed off the command's thread, after the next
-    /// job's hashing).
-    Drop(DigestJob),
+    /// A spent job was handed over while the helper blocked without a timeout ([`Spent`]).
+    Wake,
+}
+
+/// Spent jobs waiting for the helper to drop them (their payloads freed off the command's
+/// thread, after the next job's hashing), handed over without waking it: the next job's
+/// message does, and a helper with spent jobs waits only [`SPENT_LINGER`] for one. A send per
+/// spent job woke the helper once more per command (a futex call on the command's thread).
+#[derive(Debug, Default)]
+struct Spent {
+    jobs: Mutex<Vec<DigestJob>>,
+    /// Set while the helper blocks with no timeout: a job handed over then must wake it.
+    parked: AtomicBool,
+}
+
+impl Spent {
+    const fn new() -> Self {
+        Self {
+            jobs: Mutex::new(Vec::new()),
+            parked: AtomicBool::new(false),
+        }
+    }
+
+    /// Hands `job` over, calling `wake` if the helper may block without a timeout. (The helper
+    /// sets `parked` before it last looks at `jobs`; so either it sees this job there, or this
+    /// side sees `parked` set: SeqCst on both, the push and the look under one mutex.)
+    fn hand_over(&self, job: DigestJob, wake: impl FnOnce()) {
+        lock(&self.jobs).push(job);
+        if self.parked.load(Ordering::SeqCst) {
+            wake();
+        }
+    }
+
+    /// The jobs handed over so far, taken.
+    fn take(&self) -> Vec<DigestJob> {
+        std::mem::take(&mut *lock(&self.jobs))
+    }
+
+    fn is_empty(&self) -> bool {
+        lock(&self.jobs).is_empty()
+    }
+}
+
+/// The spent jobs of the process's helper thread.
+static SPENT: Spent = Spent::new();
+
+/// Hands a spent job to the helper thread to drop (without one, drops it here).
+fn retire(job: DigestJob) {
+    if helper().is_some() {
+        SPENT.hand_over(job, || send_to_helper(Work::Wake));
+    }
 }
 
 /// Sends `work` to the helper thread; without one (or with it gone), drops it here (a job's
@@ -350,44 +399,59 @@ fn send_to_helper(work: Work) {
 fn helper() -> Option<&'static Sender<Work>> {
     static HELPER: OnceLock<Option<Sender<Work>>> = OnceLock::new();
     HELPER
-        .get_or_init(|| worker::start("strata-digests", "digests are hashed inline", serve))
+        .get_or_init(|| {
+            worker::start("strata-digests", "digests are hashed inline", |work| {
+                serve(work, &SPENT)
+            })
+        })
         .as_ref()
 }
 
 /// How long the helper keeps a spent job when no other work comes (it drops it then).
 const SPENT_LINGER: Duration = Duration::from_millis(10);
 
-/// The helper thread's loop. A spent job is kept until the next job has been hashed and then
+/// The helper thread's loop. Spent jobs are kept until the next job has been hashed and then
 /// dropped: freeing the payloads of one command while the next one's sync is under way, when
 /// the command thread allocates nothing. Freed at once, they met the command thread's own
 /// allocations for the next command on the allocator's lock (a payload allocated in one thread
 /// and freed in another goes back to its arena under that lock): three to four futex calls a
-/// command on each side in a probe of 100 `append_batch` commands.
-fn serve(work: Receiver<Work>) {
-    let mut spent: Option<DigestJob> = None;
+/// command on each side in a probe of 100 `append_batch` commands. With no next job, they go
+/// after [`SPENT_LINGER`]. After hashing a job the helper waits with that timeout too (its
+/// command hands the job back as soon as the sums are taken), so that hand-over needs no wake.
+fn serve(work: Receiver<Work>, spent: &Spent) {
+    let mut hashed = false;
     loop {
-        let next = match spent {
-            Some(_) => match work.recv_timeout(SPENT_LINGER) {
+        let next = if !hashed && spent.is_empty() {
+            spent.parked.store(true, Ordering::SeqCst);
+            // A job handed over before the flag was set is seen here; one after it, wakes us.
+            if !spent.is_empty() {
+                spent.parked.store(false, Ordering::SeqCst);
+                continue;
+            }
+            let next = work.recv();
+            spent.parked.store(false, Ordering::SeqCst);
+            match next {
+                Ok(next) => next,
+                Err(_) => return,
+            }
+        } else {
+            match work.recv_timeout(SPENT_LINGER) {
                 Ok(next) => next,
                 Err(RecvTimeoutError::Timeout) => {
-                    spent = None;
+                    drop(spent.take());
+                    hashed = false;
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
-            },
-            None => match work.recv() {
-                Ok(next) => next,
-                Err(_) => return,
-            },
-        };
-        match next {
-            Work::Hash(job) => {
-                hash(&job);
-                // The previous command's payloads, while this one syncs.
-                spent = None;
             }
-            // An older spent job (two commands without a hash between them) goes now.
-            Work::Drop(job) => spent = Some(job),
+        };
+        if let Work::Hash(job) = next {
+            // The jobs spent before this one: the previous command's payloads, freed while
+            // this one syncs.
+            let older = spent.take();
+            hash(&job);
+            drop(older);
+            hashed = true;
         }
     }
 }
@@ -569,20 +633,24 @@ mod tests {
     #[test]
     fn the_helper_frees_a_spent_job_after_the_next_hash_or_when_idle() {
         let (send, receive) = std::sync::mpsc::channel();
-        let helper = std::thread::spawn(move || serve(receive));
-        let (first, idle) = (Arc::new(()), Arc::new(()));
-        send.send(Work::Drop(slot(vec![tracked(&first)])))
-            .expect("sent");
+        let spent: &'static Spent = Box::leak(Box::default());
+        let helper = std::thread::spawn(move || serve(receive, spent));
+        let wake = || send.send(Work::Wake).expect("sent");
+        let first = Arc::new(());
+        spent.hand_over(slot(vec![tracked(&first)]), wake);
         let next = slot(items(8));
         send.send(Work::Hash(Arc::clone(&next.slot))).expect("sent");
         assert_eq!(next.wait(), sum_digests(items(8)));
         assert!(freed(&first), "dropped once the next job was hashed");
-        send.send(Work::Drop(slot(vec![tracked(&idle)])))
-            .expect("sent");
-        assert!(
-            freed(&idle),
-            "dropped after SPENT_LINGER with no other work"
-        );
+        // Handed over while the helper lingers, or blocks (then woken): dropped either way.
+        for round in 0..40 {
+            let idle = Arc::new(());
+            spent.hand_over(slot(vec![tracked(&idle)]), wake);
+            assert!(freed(&idle), "round {round}: dropped with no other work");
+            if round % 2 == 1 {
+                std::thread::sleep(SPENT_LINGER * 2);
+            }
+        }
         drop(send);
         helper
             .join()
