@@ -125,12 +125,13 @@ fn frame_header_with_body(
     out[24..32].copy_from_slice(&synced_len.to_le_bytes());
     let mut crc = crc32fast::Hasher::new();
     crc.update(&out[8..]);
-    match body {
-        Some(body) => {
-            crc.update(&batch[..8]);
+    // `body` covers `batch[8..]` (sealing hashed it for this batch; `append` checks in debug).
+    match (body, batch.split_at_checked(8)) {
+        (Some(body), Some((lead, _))) => {
+            crc.update(lead);
             crc.combine(body);
         }
-        None => crc.update(batch),
+        _ => crc.update(batch),
     }
     out[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
     out
