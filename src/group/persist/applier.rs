@@ -1,19 +1,21 @@
 //! Applying commit records to RocksDB behind the command thread.
 //!
-//! A command is done once its commit record is durable in the payload log (format/GROUP_STATE.md,
-//! "Commit protocol and crash argument"): the RocksDB write that follows is not durable anyway (no WAL; replay restores
-//! it from the log), so it need not delay the command's answer. The engine hands each synced
-//! record to this process-wide thread (`strata-apply`) and takes the command's planned state as
-//! its own at once; the next command plans, writes its payloads and syncs while RocksDB takes
-//! the record (a 32 x 1 KiB `append_batch` spent ~20 us of its thread there).
+//! A command is done once its commit record is durable in the payload log
+//! (format/GROUP_STATE.md, "Commit protocol and crash argument"): the RocksDB write that follows
+//! is not durable anyway (no WAL; replay restores it from the log), so it need not delay the
+//! command's answer. The engine hands each synced record to this process-wide thread
+//! (`strata-apply`) and takes the command's planned state as its own at once; the next command
+//! plans, writes its payloads and syncs while RocksDB takes the record (a 32 x 1 KiB
+//! `append_batch` spent ~20 us of its thread there).
 //!
 //! The applier owns the database it applies to: the only way to reach it is
 //! [`Applier::settle`], which first waits until every record the engine handed over is applied,
 //! so no read of RocksDB or of the memory mirrors of its rows sees them behind the engine's
-//! state (a read written around the wait cannot compile). Records of one engine are applied in order. Once one fails, the engine's
-//! later records are not applied (RocksDB's replay position must not pass the failed one):
-//! the failure is reported to the next wait, and the engine then replays the log into RocksDB
-//! ([`crate::group::persist::replay`]), which applies every record from the failed one on.
+//! state (a read written around the wait cannot compile). Records of one engine are applied in
+//! order. Once one fails, the engine's later records are not applied (RocksDB's replay position
+//! must not pass the failed one): the failure is reported to the next wait, and the engine then
+//! replays the log into RocksDB ([`crate::group::persist::replay`]), which applies every record
+//! from the failed one on.
 //!
 //! Without a thread (the system refused one), records are applied by the caller, as before.
 
@@ -98,6 +100,10 @@ impl<T: Send + Sync + 'static> Applier<T> {
         repair: impl FnOnce(&T) -> Result<(), GroupError>,
     ) -> Result<&T, GroupError> {
         self.idle();
+        // Set before its job was counted finished, so `idle` returning makes it visible.
+        if !self.shared.failing.load(Ordering::SeqCst) {
+            return Ok(&self.target);
+        }
         let failed = match &*lock(&self.shared.failure) {
             Some(e) => e.to_string(),
             None => return Ok(&self.target),
