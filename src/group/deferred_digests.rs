@@ -386,12 +386,14 @@ fn retire(job: DigestJob) {
 }
 
 /// Sends `work` to the helper thread; without one (or with it gone), drops it here (a job's
-/// caller then hashes every append itself in [`DigestJob::wait`]).
+/// caller then hashes every append itself in [`DigestJob::wait`]), and with it the spent jobs
+/// the helper would have dropped (they are handed over without a send, so none would be).
 fn send_to_helper(work: Work) {
     let Some(helper) = helper() else { return };
     if let Err(unsent) = helper.send(work) {
         tracing::warn!("the digest helper thread is gone; digests are hashed inline");
         drop(unsent);
+        drop(SPENT.take());
     }
 }
 
