@@ -5,7 +5,7 @@
 //! [`DecodeError`]. Lengths are checked before any allocation, so a hostile length field cannot make
 //! the decoder allocate more than [`MAX_BATCH_LEN`] or [`MAX_RECORDS_LEN`] bytes.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::error::{DecodeError, EncodeError};
 use super::record::{Record, RecordRef, RECORD_FIXED_LEN};
@@ -614,7 +614,9 @@ pub fn seal_batch(
 }
 
 /// Encodes `records` as one batch appended to `out`, without its CRC: [`seal_batch`] must stamp
-/// it before it is written. Offsets are taken relative to the first record's.
+/// it before it is written. Offsets are taken relative to the first record's. An uncompressed
+/// batch's records are encoded in place after its header (one copy of each value); on error
+/// `out` is left as it was.
 pub fn encode_unsealed(
     records: &[Record],
     compression: Compression,
@@ -635,69 +637,18 @@ pub fn encode_unsealed(
             limit: MAX_RECORDS_LEN,
         });
     }
-    let mut section = BytesMut::with_capacity(records_len);
-    let mut previous: Option<i64> = None;
-    let mut max_timestamp = i64::MIN;
-    for record in records {
-        if previous.is_some_and(|p| record.offset <= p) {
-            return Err(EncodeError::BadOffsets);
-        }
-        previous = Some(record.offset);
-        if record.key.is_none() && record.value.is_none() {
-            return Err(EncodeError::UnkeyedTombstone);
-        }
-        max_timestamp = max_timestamp.max(record.timestamp);
-        let delta = (record.offset - base) as u32;
-        section.extend_from_slice(&delta.to_le_bytes());
-        section.extend_from_slice(&record.timestamp.to_le_bytes());
-        let mut attributes = 0u8;
-        if record.key.is_some() {
-            attributes |= RECORD_HAS_KEY;
-        }
-        if record.value.is_some() {
-            attributes |= RECORD_HAS_VALUE;
-        }
-        section.extend_from_slice(&[attributes]);
-        for part in [&record.key, &record.value].into_iter().flatten() {
-            let len = u32::try_from(part.len()).map_err(|_| EncodeError::TooLarge {
-                len: part.len(),
-                limit: MAX_RECORDS_LEN,
-            })?;
-            section.extend_from_slice(&len.to_le_bytes());
-            section.extend_from_slice(part);
-        }
-    }
-    let stored: std::borrow::Cow<'_, [u8]> = match compression {
-        Compression::None => std::borrow::Cow::Borrowed(&section[..]),
-        Compression::Zstd { level } => std::borrow::Cow::Owned(
-            zstd::bulk::compress(&section, level)
-                .map_err(|e| EncodeError::Compress(e.to_string()))?,
-        ),
-    };
-    let batch_len = BATCH_HEADER_LEN + stored.len();
-    if batch_len > MAX_BATCH_LEN {
-        return Err(EncodeError::TooLarge {
+    let start = out.len();
+    let encoded = encode_body(records, compression, records_len, out);
+    let batch_len = out.len() - start;
+    let max_timestamp = match encoded {
+        Ok(_) if batch_len > MAX_BATCH_LEN => Err(EncodeError::TooLarge {
             len: batch_len,
             limit: MAX_BATCH_LEN,
-        });
+        }),
+        other => other,
     }
-    let start = out.len();
-    out.reserve(batch_len);
-    out.extend_from_slice(&(batch_len as u32).to_le_bytes());
-    out.extend_from_slice(&[0u8; 4]);
-    out.extend_from_slice(&BATCH_MAGIC);
-    out.push(BATCH_FORMAT_VERSION);
-    out.push(compression.code());
-    out.extend_from_slice(&record_count.to_le_bytes());
-    out.extend_from_slice(&base.to_le_bytes());
-    out.extend_from_slice(&last_delta.to_le_bytes());
-    out.extend_from_slice(&(records_len as u32).to_le_bytes());
-    out.extend_from_slice(&first.timestamp.to_le_bytes());
-    out.extend_from_slice(&max_timestamp.to_le_bytes());
-    out.extend_from_slice(&0u64.to_le_bytes());
-    out.extend_from_slice(&stored);
-    assert_eq!(out.len() - start, batch_len);
-    Ok(BatchHeader {
+    .inspect_err(|_| out.truncate(start))?;
+    let header = BatchHeader {
         batch_len: batch_len as u32,
         crc: 0,
         compression: compression.code(),
@@ -710,7 +661,90 @@ pub fn encode_unsealed(
         version: BATCH_FORMAT_VERSION,
         continued: false,
         synced_len: 0,
-    })
+    };
+    out[start..start + BATCH_HEADER_LEN].copy_from_slice(&unsealed_header_bytes(&header));
+    Ok(header)
+}
+
+/// Appends a batch's header space (zeros) and its records section (compressed when asked) to
+/// `out`; returns the records' largest timestamp.
+fn encode_body(
+    records: &[Record],
+    compression: Compression,
+    records_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<i64, EncodeError> {
+    let base = records.first().map_or(0, |r| r.offset);
+    match compression {
+        Compression::None => {
+            out.reserve(BATCH_HEADER_LEN + records_len);
+            out.resize(out.len() + BATCH_HEADER_LEN, 0);
+            encode_records(records, base, out)
+        }
+        Compression::Zstd { level } => {
+            let mut section = Vec::with_capacity(records_len);
+            let max_timestamp = encode_records(records, base, &mut section)?;
+            let stored = zstd::bulk::compress(&section, level)
+                .map_err(|e| EncodeError::Compress(e.to_string()))?;
+            out.reserve(BATCH_HEADER_LEN + stored.len());
+            out.resize(out.len() + BATCH_HEADER_LEN, 0);
+            out.extend_from_slice(&stored);
+            Ok(max_timestamp)
+        }
+    }
+}
+
+/// Appends the records section (format/SEGMENT.md) of `records`, offsets relative to `base`,
+/// to `out`; returns the largest timestamp.
+fn encode_records(records: &[Record], base: i64, out: &mut Vec<u8>) -> Result<i64, EncodeError> {
+    let mut previous: Option<i64> = None;
+    let mut max_timestamp = i64::MIN;
+    for record in records {
+        if previous.is_some_and(|p| record.offset <= p) {
+            return Err(EncodeError::BadOffsets);
+        }
+        previous = Some(record.offset);
+        if record.key.is_none() && record.value.is_none() {
+            return Err(EncodeError::UnkeyedTombstone);
+        }
+        max_timestamp = max_timestamp.max(record.timestamp);
+        let delta = (record.offset - base) as u32;
+        out.extend_from_slice(&delta.to_le_bytes());
+        out.extend_from_slice(&record.timestamp.to_le_bytes());
+        let mut attributes = 0u8;
+        if record.key.is_some() {
+            attributes |= RECORD_HAS_KEY;
+        }
+        if record.value.is_some() {
+            attributes |= RECORD_HAS_VALUE;
+        }
+        out.push(attributes);
+        for part in [&record.key, &record.value].into_iter().flatten() {
+            let len = u32::try_from(part.len()).map_err(|_| EncodeError::TooLarge {
+                len: part.len(),
+                limit: MAX_RECORDS_LEN,
+            })?;
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+    Ok(max_timestamp)
+}
+
+/// The header bytes of an unsealed batch (CRC and durable floor zero; sealing stamps them).
+fn unsealed_header_bytes(h: &BatchHeader) -> [u8; BATCH_HEADER_LEN] {
+    let mut b = [0u8; BATCH_HEADER_LEN];
+    b[0..4].copy_from_slice(&h.batch_len.to_le_bytes());
+    b[8..10].copy_from_slice(&BATCH_MAGIC);
+    b[10] = h.version;
+    b[11] = h.compression;
+    b[12..16].copy_from_slice(&h.record_count.to_le_bytes());
+    b[16..24].copy_from_slice(&h.base_offset.to_le_bytes());
+    b[24..28].copy_from_slice(&h.last_offset_delta.to_le_bytes());
+    b[28..32].copy_from_slice(&h.records_len.to_le_bytes());
+    b[32..40].copy_from_slice(&h.first_timestamp.to_le_bytes());
+    b[40..48].copy_from_slice(&h.max_timestamp.to_le_bytes());
+    b
 }
 
 /// Splits `records` into consecutive runs of about `target` encoded bytes (at least one record
@@ -817,6 +851,33 @@ mod tests {
             encode_batch(&bad, Compression::None, &mut out),
             Err(EncodeError::UnkeyedTombstone)
         );
+    }
+
+    #[test]
+    fn a_refused_batch_leaves_the_buffer_as_it_was() {
+        for compression in [Compression::None, Compression::Zstd { level: 3 }] {
+            let mut alone = Vec::new();
+            encode_unsealed(&sample(), compression, &mut alone).unwrap();
+            let mut out = b"earlier".to_vec();
+            encode_unsealed(&sample(), compression, &mut out).unwrap();
+            assert_eq!(&out[..7], b"earlier");
+            assert_eq!(out[7..], alone, "appended after what was there");
+            let before = out.clone();
+            let mut bad = sample();
+            bad[2].offset = 11;
+            assert_eq!(
+                encode_unsealed(&bad, compression, &mut out),
+                Err(EncodeError::BadOffsets)
+            );
+            let mut bad = sample();
+            bad[2].key = None;
+            bad[2].value = None;
+            assert_eq!(
+                encode_unsealed(&bad, compression, &mut out),
+                Err(EncodeError::UnkeyedTombstone)
+            );
+            assert_eq!(out, before, "{compression:?}");
+        }
     }
 
     #[test]
