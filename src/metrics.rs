@@ -96,19 +96,39 @@ pub(crate) fn consumer_lag(log: &str, consumer: &str, partition: u32, lag: i64) 
     .set(lag as f64);
 }
 
-/// One durable group commit of `group` and how long its record took to persist (counted by
-/// the command's thread once the record is durable).
+/// One group's commit metrics, registered once at open (like [`LogMetrics`]): durable
+/// commits, how long each record took to persist (counted by the command's thread once the
+/// record is durable), and how long RocksDB took to apply it (on the apply thread).
 #[cfg(feature = "ursula")]
-pub(crate) fn group_commit(group: &str, persist: Duration) {
-    let group = group.to_string();
-    metrics::counter!("strata_group_commits_total", "group" => group.clone()).increment(1);
-    metrics::histogram!("strata_group_persist_seconds", "group" => group).record(persist);
+#[derive(Debug, Clone)]
+pub(crate) struct GroupCommitMetrics {
+    commits: metrics::Counter,
+    persist_seconds: metrics::Histogram,
+    apply_seconds: metrics::Histogram,
 }
 
-/// How long RocksDB took to apply one commit record of `group` (on the apply thread).
 #[cfg(feature = "ursula")]
-pub(crate) fn group_apply(group: &str, apply: Duration) {
-    metrics::histogram!("strata_group_apply_seconds", "group" => group.to_string()).record(apply);
+impl GroupCommitMetrics {
+    /// The handles of `group`'s commit metrics.
+    pub fn new(group: &str) -> Self {
+        let group = group.to_string();
+        Self {
+            commits: metrics::counter!("strata_group_commits_total", "group" => group.clone()),
+            persist_seconds: metrics::histogram!("strata_group_persist_seconds", "group" => group.clone()),
+            apply_seconds: metrics::histogram!("strata_group_apply_seconds", "group" => group),
+        }
+    }
+
+    /// One durable commit whose record took `persist` to persist.
+    pub fn committed(&self, persist: Duration) {
+        self.commits.increment(1);
+        self.persist_seconds.record(persist);
+    }
+
+    /// One commit record RocksDB took `apply` to apply.
+    pub fn applied(&self, apply: Duration) {
+        self.apply_seconds.record(apply);
+    }
 }
 
 /// The outcome of a cold-tier task (`flush`, `compaction`, `gc`, `sweep`, `cold index`) of `group`.

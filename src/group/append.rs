@@ -494,9 +494,9 @@ impl DiskGroupEngine {
         let partition = tx.state.streams.get(id).map_or(0, |r| r.partition);
         let first = self.payloads.next_offset(partition)?;
         let now_ms = inputs.iter().flatten().next().map_or(0, |i| i.now_ms);
-        let mut payloads = Vec::new();
+        let mut payloads = Vec::with_capacity(inputs.len());
         let mut items = Vec::with_capacity(inputs.len());
-        tx.reserve_messages(id, inputs.len());
+        tx.reserve_appends(id, inputs.len());
         // The same stream, bucket and (no) producer for every item: checked once.
         let scope = self.validate_scope(&tx.state, id);
         for input in inputs {

@@ -81,6 +81,11 @@ impl DeferredDigests {
         }
     }
 
+    /// Makes room for `appends` more appends.
+    pub fn reserve(&mut self, appends: usize) {
+        self.items.reserve(appends);
+    }
+
     /// Whether the command's appends are large enough to hash beside the sync.
     pub fn worth_deferring(&self) -> bool {
         self.bytes >= DEFER_MIN_BYTES

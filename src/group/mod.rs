@@ -182,6 +182,8 @@ pub struct DiskGroupEngine {
     pending: Option<PendingCommit>,
     /// Where each commit is reported (ursula's runtime metrics), and as which placement.
     metrics: Option<(GroupEngineMetrics, ShardPlacement)>,
+    /// Strata's own commit metrics of the group.
+    commit_metrics: crate::metrics::GroupCommitMetrics,
     /// ursula's cold-index pages in the runtime's cold store, when the runtime compacts
     /// (see [`cold_tier::runtime_index`]).
     cold_index: Option<cold_tier::runtime_index::RuntimeColdIndex>,
@@ -246,6 +248,7 @@ impl DiskGroupEngine {
             cold_ns: ColdNamespace::new(&store.id(), name),
             pending: None,
             metrics: None,
+            commit_metrics: crate::metrics::GroupCommitMetrics::new(name),
             cold_index: None,
             _backup: backup,
         })
@@ -384,7 +387,7 @@ impl DiskGroupEngine {
                 "the engine is the commit partition's only writer"
             );
             let sync = started.elapsed();
-            crate::metrics::group_commit(&self.name, sync);
+            self.commit_metrics.committed(sync);
             // The rows `finish_digests` wrote again, applied after the record in one batch.
             let rewrites = tx.take_record().map_err(|e| (offset, e))?;
             self.db
@@ -415,13 +418,13 @@ impl DiskGroupEngine {
         next: u64,
         sync: Duration,
     ) -> impl FnOnce(&GroupDb) -> Result<(), GroupError> + Send + 'static {
-        let name = self.name.clone();
+        let commit_metrics = self.commit_metrics.clone();
         let metrics = self.metrics.clone();
         move |db: &GroupDb| {
             let started = Instant::now();
             db.apply(&[&records[0], &records[1]], next)?;
             let write = started.elapsed();
-            crate::metrics::group_apply(&name, write);
+            commit_metrics.applied(write);
             if let Some((metrics, placement)) = &metrics {
                 let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
                 metrics.record_wal_batch(*placement, 1, nanos(write), nanos(sync));

@@ -83,6 +83,13 @@ impl Tx {
         self.digests.push(digest);
     }
 
+    /// Makes room for `appends` appends to `id` (their message rows, digest ops and deferred
+    /// digests), so a batch's planning grows nothing by doubling.
+    pub fn reserve_appends(&mut self, id: &BucketStreamId, appends: usize) {
+        self.writes.reserve_messages(id, appends);
+        self.digests.reserve(appends);
+    }
+
     /// Adds digest sums to the planned rows of their streams.
     fn add_digests(&mut self, sums: &DigestSums) {
         for (id, sum) in sums {
@@ -142,6 +149,7 @@ impl Tx {
     pub fn finish_digests(&mut self, job: DigestJob) {
         let sums = job.wait();
         self.add_digests(&sums);
+        self.writes.reserve_rows(sums.len());
         for (id, _) in &sums {
             if let Some(row) = self.state.streams.get(id) {
                 self.writes.put_stream(id, row);

@@ -33,6 +33,13 @@ use crate::StoreError;
 pub const GROUP_STATE_VERSION: u64 = 4;
 
 pub(crate) const CF_META: &str = "meta";
+
+/// Record bytes kept for one stream row put (a binary row with its key is ~200 bytes): a
+/// guess that spares growing the record by doubling, never a limit.
+const ROW_RESERVE: usize = 256;
+/// Record bytes kept beside a batch's message rows for the rows a commit writes once per
+/// command (stream, usage, counters), by the same guess.
+const ROWS_RESERVE: usize = 4 * ROW_RESERVE;
 pub(crate) const CF_BUCKETS: &str = "buckets";
 pub(crate) const CF_STREAMS: &str = "streams";
 pub(crate) const CF_MESSAGES: &str = "messages";
@@ -869,7 +876,14 @@ impl Writes {
     pub fn reserve_messages(&mut self, id: &BucketStreamId, appends: usize) {
         // Requirement 13 bytes, put 10 + key + 16 byte row, digest op 21.
         let per_append = 13 + 10 + crate::group::keys::stream_key_len(id) + 8 + 16 + 21;
-        self.record.reserve(appends.saturating_mul(per_append));
+        self.record
+            .reserve(appends.saturating_mul(per_append) + ROWS_RESERVE);
+    }
+
+    /// Makes room in the record for the rows of `streams` streams (written again after the
+    /// sync by [`crate::group::tx::Tx::finish_digests`], into a record that starts empty).
+    pub fn reserve_rows(&mut self, streams: usize) {
+        self.record.reserve(streams.saturating_mul(ROW_RESERVE));
     }
 
     /// Writes one message row of a stream whose payloads live in `partition` (and records that

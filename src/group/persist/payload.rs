@@ -58,11 +58,20 @@ impl PayloadLog {
         payloads: &[Bytes],
         now_ms: u64,
     ) -> Result<Vec<u64>, GroupError> {
-        Ok(self
-            .append_many(vec![(id.clone(), partition, payloads.to_vec())], now_ms)
-            .await?
-            .pop()
-            .unwrap_or_default())
+        if payloads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let records = records_of(id, payloads.iter().cloned(), now_ms);
+        let ranges = self
+            .log
+            .append_many_unsynced(vec![(partition, records)])
+            .await?;
+        let (first, _) = ranges
+            .first()
+            .ok_or_else(|| GroupError::Corrupt("payload append lost a range".into()))?;
+        Ok((0..payloads.len() as u64)
+            .map(|i| *first as u64 + i)
+            .collect())
     }
 
     /// Writes payloads of several streams (durable with the command's commit record); offsets
@@ -72,19 +81,11 @@ impl PayloadLog {
         items: Vec<(BucketStreamId, u32, Vec<Bytes>)>,
         now_ms: u64,
     ) -> Result<Vec<Vec<u64>>, GroupError> {
-        let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
         let counts: Vec<usize> = items.iter().map(|(_, _, p)| p.len()).collect();
         let batches = items
             .into_iter()
             .filter(|(_, _, p)| !p.is_empty())
-            .map(|(id, partition, payloads)| {
-                let key = Bytes::from(stream_key(&id));
-                let records = payloads
-                    .into_iter()
-                    .map(|p| NewRecord::keyed(timestamp, key.clone(), Some(p)))
-                    .collect();
-                (partition, records)
-            })
+            .map(|(id, partition, payloads)| (partition, records_of(&id, payloads, now_ms)))
             .collect::<Vec<_>>();
         let mut ranges = if batches.is_empty() {
             Vec::new()
@@ -237,4 +238,18 @@ impl PayloadLog {
         }
         Ok(freed)
     }
+}
+
+/// The payload records of one stream's appends: keyed by the stream key, stamped `now_ms`.
+fn records_of(
+    id: &BucketStreamId,
+    payloads: impl IntoIterator<Item = Bytes>,
+    now_ms: u64,
+) -> Vec<NewRecord> {
+    let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    let key = Bytes::from(stream_key(id));
+    payloads
+        .into_iter()
+        .map(|p| NewRecord::keyed(timestamp, key.clone(), Some(p)))
+        .collect()
 }

@@ -143,7 +143,9 @@ pub type GcRow = ColdGcEntry;
 
 /// Encodes a JSON row behind the row version byte.
 pub fn encode_row<T: Serialize>(row: &T) -> Result<Vec<u8>, GroupError> {
-    let mut out = vec![ROW_VERSION];
+    // Room for a usage or bucket row (~200 bytes) without growing by doubling.
+    let mut out = Vec::with_capacity(256);
+    out.push(ROW_VERSION);
     serde_json::to_writer(&mut out, row).map_err(|e| GroupError::Corrupt(e.to_string()))?;
     Ok(out)
 }
