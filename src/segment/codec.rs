@@ -648,6 +648,13 @@ pub fn encode_unsealed(
         other => other,
     }
     .inspect_err(|_| out.truncate(start))?;
+    if compression == Compression::None {
+        assert_eq!(
+            batch_len,
+            BATCH_HEADER_LEN + records_len,
+            "records encode to the length their header states"
+        );
+    }
     let header = BatchHeader {
         batch_len: batch_len as u32,
         crc: 0,

@@ -33,13 +33,6 @@ use crate::StoreError;
 pub const GROUP_STATE_VERSION: u64 = 4;
 
 pub(crate) const CF_META: &str = "meta";
-
-/// Record bytes kept for one stream row put (a binary row with its key is ~200 bytes): a
-/// guess that spares growing the record by doubling, never a limit.
-const ROW_RESERVE: usize = 256;
-/// Record bytes kept beside a batch's message rows for the rows a commit writes once per
-/// command (stream, usage, counters), by the same guess.
-const ROWS_RESERVE: usize = 4 * ROW_RESERVE;
 pub(crate) const CF_BUCKETS: &str = "buckets";
 pub(crate) const CF_STREAMS: &str = "streams";
 pub(crate) const CF_MESSAGES: &str = "messages";
@@ -54,6 +47,13 @@ pub(crate) const CF_RECORDS: &str = "records";
 pub(crate) const CF_RECORD_OFFSETS: &str = "record_offsets";
 pub(crate) const CF_EXTERNAL: &str = "external";
 pub(crate) const CF_SNAPSHOTS: &str = "snapshots";
+
+/// Record bytes kept for one stream row put (a binary row with its key is ~200 bytes): a
+/// guess that spares growing the record by doubling, never a limit.
+const ROW_RESERVE: usize = 256;
+/// Record bytes kept beside a batch's message rows for the rows a commit writes once per
+/// command (stream, usage, counters), by the same guess.
+const ROWS_RESERVE: usize = 4 * ROW_RESERVE;
 
 /// Index of [`CF_MESSAGES`] in [`COLUMN_FAMILIES`] (a commit record's `cf` byte).
 const MESSAGES_CF_INDEX: u8 = cf_position(CF_MESSAGES);
