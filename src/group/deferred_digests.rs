@@ -345,7 +345,7 @@ enum Work {
 /// thread, after the next job's hashing), handed over without waking it: the next job's
 /// message does, and a helper with spent jobs waits only [`SPENT_LINGER`] for one. A send per
 /// spent job woke the helper once more per command (a futex call on the command's thread).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Spent {
     jobs: Mutex<Vec<DigestJob>>,
     /// Set while the helper blocks with no timeout: a job handed over then must wake it.
@@ -640,7 +640,7 @@ mod tests {
     #[test]
     fn the_helper_frees_a_spent_job_after_the_next_hash_or_when_idle() {
         let (send, receive) = std::sync::mpsc::channel();
-        let spent: &'static Spent = Box::leak(Box::default());
+        let spent: &'static Spent = Box::leak(Box::new(Spent::new()));
         let helper = std::thread::spawn(move || serve(receive, spent));
         let wake = || send.send(Work::Wake).expect("sent");
         let first = Arc::new(());

@@ -9,10 +9,9 @@ use std::sync::Arc;
 use super::partition::Partition;
 use crate::error::{StoreError, StoreResult};
 use crate::fs::{remove_if_present, sync_dir, write_file};
-use crate::segment::BodyCrc;
 use crate::segment::{
-    index_file_name, segment_file_name, ActiveSegment, BatchHeader, SealedSegment, SegmentWriter,
-    WriterMark, SEGMENT_HEADER_LEN,
+    index_file_name, segment_file_name, ActiveSegment, BatchHeader, BodyCrc, SealedSegment,
+    SegmentWriter, WriterMark, SEGMENT_HEADER_LEN,
 };
 
 /// What a synced journal position makes readable in one partition (logs with a journal publish

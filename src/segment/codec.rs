@@ -638,7 +638,7 @@ pub fn encode_unsealed(
         });
     }
     let start = out.len();
-    let encoded = encode_body(records, compression, records_len, out);
+    let encoded = encode_body(records, base, compression, records_len, out);
     let batch_len = out.len() - start;
     let max_timestamp = match encoded {
         Ok(_) if batch_len > MAX_BATCH_LEN => Err(EncodeError::TooLarge {
@@ -673,15 +673,15 @@ pub fn encode_unsealed(
     Ok(header)
 }
 
-/// Appends a batch's header space (zeros) and its records section (compressed when asked) to
-/// `out`; returns the records' largest timestamp.
+/// Appends a batch's header space (zeros) and its records section (offsets relative to `base`,
+/// compressed when asked) to `out`; returns the records' largest timestamp.
 fn encode_body(
     records: &[Record],
+    base: i64,
     compression: Compression,
     records_len: usize,
     out: &mut Vec<u8>,
 ) -> Result<i64, EncodeError> {
-    let base = records.first().map_or(0, |r| r.offset);
     match compression {
         Compression::None => {
             out.reserve(BATCH_HEADER_LEN + records_len);

@@ -900,8 +900,7 @@ impl Writes {
             offset: row.log_offset,
         });
         self.key.clear();
-        crate::group::keys::push_stream_key(&mut self.key, id);
-        self.key.extend_from_slice(&start.to_be_bytes());
+        crate::group::keys::push_message_key(&mut self.key, id, start);
         self.record.push(Op::Put {
             cf: MESSAGES_CF_INDEX,
             key: &self.key,

@@ -59,9 +59,15 @@ pub fn decode_stream_key(bytes: &[u8]) -> Option<(BucketStreamId, &[u8])> {
 
 /// `stream_key ++ offset (u64 big-endian)`: big-endian keeps byte order equal to offset order.
 pub fn message_key(id: &BucketStreamId, start_offset: u64) -> Vec<u8> {
-    let mut key = stream_key(id);
-    key.extend_from_slice(&start_offset.to_be_bytes());
+    let mut key = Vec::with_capacity(stream_key_len(id) + 8);
+    push_message_key(&mut key, id, start_offset);
     key
+}
+
+/// Appends the [`message_key`] of `id` at `start_offset` to `out`.
+pub fn push_message_key(out: &mut Vec<u8>, id: &BucketStreamId, start_offset: u64) {
+    push_stream_key(out, id);
+    out.extend_from_slice(&start_offset.to_be_bytes());
 }
 
 /// `stream_key ++ u16 len (big-endian) ++ producer id`.
