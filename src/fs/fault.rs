@@ -302,7 +302,7 @@ impl FileSystem for FaultFs {
         }
         match (mode, existing) {
             (OpenMode::Read, _) => state.check_alive()?,
-            (OpenMode::ReadWrite, _) => state.admit(OpKind::Write, path)?,
+            (OpenMode::ReadWrite | OpenMode::WriteDirect, _) => state.admit(OpKind::Write, path)?,
             (OpenMode::CreateNew, Some(_)) => {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
@@ -321,7 +321,8 @@ impl FileSystem for FaultFs {
             }
         };
         // Cutting an existing file: save its durable bytes before they are gone.
-        let real_mode = if mode == OpenMode::Truncate {
+        // The layer records every write itself; its real file needs no direct I/O.
+        let real_mode = if matches!(mode, OpenMode::Truncate | OpenMode::WriteDirect) {
             OpenMode::ReadWrite
         } else {
             mode

@@ -96,7 +96,14 @@ pub enum OpenMode {
     CreateNew,
     /// A file for reading and writing, created if absent and cut to length 0 if present.
     Truncate,
+    /// An existing file for writes that bypass the page cache where the file system allows it
+    /// (`O_DIRECT` on Linux; an ordinary handle elsewhere, e.g. on tmpfs). Every write must be
+    /// whole [`DIRECT_ALIGN`] blocks, at an aligned offset, from aligned memory.
+    WriteDirect,
 }
+
+/// Alignment of offset, length and memory of a write through [`OpenMode::WriteDirect`].
+pub const DIRECT_ALIGN: usize = 4096;
 
 /// What a directory entry names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

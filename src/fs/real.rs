@@ -51,6 +51,29 @@ pub(super) fn open_real(path: &Path, mode: OpenMode) -> io::Result<File> {
         OpenMode::Truncate => {
             options.write(true).create(true).truncate(true);
         }
+        OpenMode::WriteDirect => return open_direct(path),
+    }
+    options.open(path)
+}
+
+/// Opens an existing `path` for reading and `O_DIRECT` writes; where the file system refuses
+/// `O_DIRECT` (`EINVAL`, as tmpfs does), for ordinary writes.
+fn open_direct(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(direct)
+            .open(path)
+        {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {}
+            opened => return opened,
+        }
     }
     options.open(path)
 }
@@ -381,5 +404,28 @@ impl FileHandle for RealFile {
 
     fn map_writable(&self, len: u64) -> io::Result<MapRef> {
         Ok(Arc::new(RealMap::map(&self.file, len)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::DIRECT_ALIGN;
+
+    #[test]
+    fn a_direct_handle_writes_aligned_blocks_that_an_ordinary_handle_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("direct");
+        std::fs::write(&path, vec![0u8; 3 * DIRECT_ALIGN]).unwrap();
+        let direct = RealFs.open(&path, OpenMode::WriteDirect).unwrap();
+        let mut buf = vec![0u8; 3 * DIRECT_ALIGN];
+        let at = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        let block = &mut buf[at..at + 2 * DIRECT_ALIGN];
+        block.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        direct.write_at(block, DIRECT_ALIGN as u64).unwrap();
+        direct.sync_data().unwrap();
+        let read = std::fs::read(&path).unwrap();
+        assert!(read[..DIRECT_ALIGN].iter().all(|&b| b == 0));
+        assert_eq!(&read[DIRECT_ALIGN..], &*block);
     }
 }

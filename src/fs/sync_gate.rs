@@ -11,8 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::FileHandle;
-use crate::error::{IoContext, StoreError, StoreResult};
+use crate::error::{StoreError, StoreResult};
 
 /// The sync state of one file (held while a sync runs).
 #[derive(Debug, Default)]
@@ -83,15 +82,5 @@ impl SyncGate {
     /// True while a failed sync is unhealed; never waits for a running sync.
     pub fn has_failed(&self) -> bool {
         self.flag.load(Ordering::Acquire)
-    }
-
-    /// fdatasyncs `file` (at `path`) in turn; refuses while an earlier failure is unhealed, and
-    /// records a new one.
-    pub fn sync(&self, file: &dyn FileHandle, path: &Path) -> StoreResult<()> {
-        let mut gate = self.lock();
-        gate.refuse_if_failed(path)?;
-        file.sync_data()
-            .at(path)
-            .inspect_err(|e| gate.fail(e.to_string()))
     }
 }

@@ -225,18 +225,20 @@ impl LogInner {
         (lsn.saturating_sub(commit.synced()) >= self.options.max_unsynced_bytes).then_some(lsn)
     }
 
-    /// One group-commit round: writes the journal's buffered frames (under its lock) and
-    /// fdatasyncs the file (outside it). Returns the durable journal position, or the position
-    /// the failure leaves in doubt.
+    /// One group-commit round: takes the journal's unwritten frames (under its lock), then
+    /// writes them and fdatasyncs the file outside it, in the file's sync gate (taken before
+    /// the journal's lock is let go, so writes reach the file in the order they were taken).
+    /// Returns the durable journal position, or the position the failure leaves in doubt.
     pub fn sync_journal(&self) -> Result<u64, (u64, StoreError)> {
         let Some(mut j) = self.journal() else {
             return Ok(0);
         };
         let lsn = j.current.lsn();
-        if let Err(e) = j.heal().and_then(|()| j.current.flush()) {
+        if let Err(e) = j.heal() {
             j.poisoned = Some(e.to_string());
             return Err((lsn, e));
         }
+        let stage = j.current.take_stage();
         let (file, path, gate, seq, len) = (
             j.current.file.clone(),
             j.current.path.clone(),
@@ -245,14 +247,16 @@ impl LogInner {
             j.current.len,
         );
         let records = self.journaled_records.load(Ordering::Relaxed);
+        let mut turn = gate.lock();
         drop(j);
         self.sync_rounds.fetch_add(1, Ordering::Relaxed);
-        let synced = gate.sync(&*file, &path);
+        let synced = super::journal::write_and_sync(&mut turn, stage.as_ref(), &*file, &path);
+        drop(turn);
         let mut j = self.journal().expect("a journaled log");
         match synced {
             Ok(()) => {
                 if j.current.seq == seq {
-                    j.current.synced = j.current.synced.max(len);
+                    j.current.mark_synced(len);
                 }
                 let before = self.synced_records.fetch_max(records, Ordering::Relaxed);
                 self.metrics.round(records.saturating_sub(before));

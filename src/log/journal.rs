@@ -7,21 +7,26 @@
 //! go. At open, the frames of the journal files left are replayed into partitions that lost
 //! them, then the partitions are synced and a fresh journal file starts.
 //!
-//! An appender adds its frames to the journal's buffer in memory; a round's leader writes the
-//! whole buffer with one `pwrite` (under the journal's lock, so a file switch never overtakes
-//! it) and syncs outside the lock through the file's [`SyncGate`], so a round costs two system
-//! calls however many appends ride along. Frames land in space zeroed and synced ahead of the writer (a chunk at a
-//! time, by the group-commit leader after its round, or inline when the writer outruns it): a
-//! round's fdatasync then overwrites written blocks and need not also commit file-system
-//! metadata. Not through a mapping, unlike segments: every round syncs the pages writers are
-//! filling at that moment, and writing back a mapped page first write-protects it, with a
-//! cross-CPU TLB shootdown per page per round.
+//! An appender adds its frames to the journal's buffer in memory; a round's leader takes them
+//! as whole blocks (under the journal's lock; [`super::journal_blocks`]), then writes them with
+//! one direct-I/O `pwrite` and fdatasyncs, outside the lock but in the file's [`SyncGate`]
+//! (taken before the lock is let go, so a file switch or the next round never overtakes it): a
+//! round costs two system calls however many appends ride along. Frames land in space zeroed
+//! and synced ahead of the writer (a chunk at a time, by the group-commit leader after its
+//! round, or inline when the writer outruns it): a round's fdatasync then overwrites written
+//! blocks and need not also commit file-system metadata. Not through a mapping, unlike
+//! segments: every round syncs the pages writers are filling at that moment, and writing back a
+//! mapped page first write-protects it, with a cross-CPU TLB shootdown per page per round.
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{remove_if_present, sync_dir, FileRef, FileSystem, Fs, OpenMode, SyncGate};
+use crate::fs::{
+    remove_if_present, sync_dir, FileHandle, FileRef, FileSystem, Fs, GateState, OpenMode, SyncGate,
+};
 use crate::segment::{body_crc, BodyCrc, DecodeError};
+
+use super::journal_blocks::{block_end, block_start, Pending, Stage};
 
 /// Magic bytes at the start of a journal file.
 pub const JOURNAL_MAGIC: [u8; 8] = *b"STRATJNL";
@@ -171,9 +176,9 @@ pub fn decode_frame(buf: &[u8], seq: u64) -> Result<Frame, DecodeError> {
 }
 
 /// Bytes of a journal file of `capacity` bytes zeroed (written and synced) ahead of the writer
-/// at a time: a quarter of the file, 16 KiB to 1 MiB.
+/// at a time: a quarter of the file, 16 KiB to 1 MiB, in whole blocks.
 pub fn prepare_chunk(capacity: u64) -> u64 {
-    (capacity / 4).clamp(16 << 10, 1 << 20)
+    block_end((capacity / 4).clamp(16 << 10, 1 << 20))
 }
 
 /// The journal file being written.
@@ -182,10 +187,11 @@ pub(crate) struct JournalFile {
     pub seq: u64,
     pub path: PathBuf,
     pub file: FileRef,
-    /// Bytes the file may hold.
+    /// Bytes the file may hold (whole blocks).
     pub capacity: u64,
-    /// Frames not yet handed to the file: `[flushed, len)`.
-    buffer: Vec<u8>,
+    /// The file's bytes from the block holding the durable end to the last frame; those from
+    /// `flushed` on are not yet handed to the file.
+    pending: Pending,
     /// End of the frames written to the file.
     pub flushed: u64,
     /// Every sync of the frames passes through it.
@@ -259,9 +265,9 @@ impl JournalFile {
     ) -> StoreResult<Self> {
         let path = dir.join(journal_file_name(seq));
         remove_if_present(fs, &path)?;
-        let file = fs.open(&path, OpenMode::CreateNew).at(&path)?;
+        let capacity = block_end(capacity);
+        let zeroing = fs.open(&path, OpenMode::CreateNew).at(&path)?;
         let header = JOURNAL_HEADER_LEN as u64;
-        let zeroing = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
         let first = Preparation {
             seq,
             path: path.clone(),
@@ -269,18 +275,22 @@ impl JournalFile {
             from: header,
             to: capacity.min(prepare_chunk(capacity)),
         };
-        let made = file
+        let made = zeroing
             .write_at(&encode_journal_header(seq), 0)
             .at(&path)
             .and_then(|()| first.run())
-            .and_then(|()| sync_dir(fs, dir));
-        if let Err(e) = made {
-            // Best effort: a leftover is replaced by the next attempt.
-            if let Err(left) = fs.remove_file(&path) {
-                tracing::warn!(path = %path.display(), error = %left, "could not remove a journal file a failed creation left");
+            .and_then(|()| sync_dir(fs, dir))
+            .and_then(|()| fs.open(&path, OpenMode::WriteDirect).at(&path));
+        let file = match made {
+            Ok(file) => file,
+            Err(e) => {
+                // Best effort: a leftover is replaced by the next attempt.
+                if let Err(left) = fs.remove_file(&path) {
+                    tracing::warn!(path = %path.display(), error = %left, "could not remove a journal file a failed creation left");
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         Ok(Self::opened(
             seq,
             path,
@@ -307,15 +317,17 @@ impl JournalFile {
         (capacity, base_lsn): (u64, u64),
     ) -> StoreResult<Self> {
         let path = dir.join(journal_file_name(seq));
+        let capacity = block_end(capacity);
         fs.rename(spare, &path).at(spare)?;
-        let file = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
-        file.write_at(&encode_journal_header(seq), 0).at(&path)?;
-        file.sync_data().at(&path)?;
-        sync_dir(fs, dir)?;
-        // Every byte below the old file's length was written (zeros or frames) and synced.
-        let written = file.len().at(&path)?;
         let zeroing = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
-        let prepared = written.clamp(JOURNAL_HEADER_LEN as u64, capacity);
+        zeroing.write_at(&encode_journal_header(seq), 0).at(&path)?;
+        zeroing.sync_data().at(&path)?;
+        sync_dir(fs, dir)?;
+        // Every byte below the old file's length was written (zeros or frames) and synced;
+        // frames are written in whole blocks, so only its whole blocks count.
+        let written = zeroing.len().at(&path)?;
+        let file = fs.open(&path, OpenMode::WriteDirect).at(&path)?;
+        let prepared = block_start(written).clamp(JOURNAL_HEADER_LEN as u64, capacity);
         Ok(Self::opened(
             seq,
             path,
@@ -342,7 +354,7 @@ impl JournalFile {
             path,
             file,
             capacity,
-            buffer: Vec::new(),
+            pending: Pending::new(&encode_journal_header(seq)),
             flushed: header,
             gate: SyncGate::default(),
             zeroing,
@@ -368,7 +380,7 @@ impl JournalFile {
     fn next_preparation(&self, bytes: u64) -> Option<Preparation> {
         let capacity = self.capacity;
         let want = (self.len + bytes).max(self.prepared + prepare_chunk(capacity));
-        let to = want.min(capacity);
+        let to = block_end(want).min(capacity);
         (to > self.prepared).then(|| Preparation {
             seq: self.seq,
             path: self.path.clone(),
@@ -389,9 +401,10 @@ impl JournalFile {
             body_crc(batch).map(|b| b.finalize())
         );
         let header = frame_header_with_body(self.seq, partition, self.synced, batch, body);
-        self.buffer.extend_from_slice(&header);
-        self.buffer.extend_from_slice(batch);
+        self.pending.push(&header);
+        self.pending.push(batch);
         self.len = end;
+        debug_assert_eq!(self.pending.end(), self.len);
     }
 
     /// Drops the frames added after `len` (a failed request's; never handed to the file).
@@ -400,48 +413,80 @@ impl JournalFile {
             len >= self.flushed,
             "a rollback never cuts frames handed to the file"
         );
-        self.buffer.truncate((len - self.flushed) as usize);
+        self.pending.truncate(len);
         self.len = len;
     }
 
-    /// Writes the frames not yet handed to the file (a round's leader does, under the
-    /// journal's lock, before it syncs outside it). On failure they stay buffered.
-    pub fn flush(&mut self) -> StoreResult<()> {
-        if self.buffer.is_empty() {
-            return Ok(());
+    /// The frames not yet handed to the file, as whole blocks from the one the last write
+    /// ended in (a round's leader takes them under the journal's lock and writes them outside
+    /// it, in the file's sync gate, taken before the journal's lock is let go: stages reach the
+    /// file in the order they were taken, each writing again the block the one before it ended
+    /// in). `None` when every frame was handed over.
+    pub fn take_stage(&mut self) -> Option<Stage> {
+        if self.flushed == self.len {
+            return None;
         }
-        self.file
-            .write_at(&self.buffer, self.flushed)
-            .at(&self.path)?;
+        let stage = self.pending.stage(self.flushed);
+        assert!(
+            stage.end() <= block_end(self.prepared),
+            "a journal write stays in prepared space"
+        );
         self.flushed = self.len;
-        self.buffer.clear();
-        Ok(())
+        Some(stage)
     }
 
-    /// Writes the buffered frames and syncs the file (through its gate).
+    /// Records that a sync made the file durable to `upto`.
+    pub fn mark_synced(&mut self, upto: u64) {
+        self.synced = self.synced.max(upto);
+        self.pending.durable_to(self.synced);
+    }
+
+    /// Writes the frames not yet handed to the file and syncs it (through its gate).
     pub fn flush_and_sync(&mut self) -> StoreResult<()> {
-        self.flush()?;
-        self.gate.sync(&*self.file, &self.path)?;
-        self.synced = self.len;
+        let gate = self.gate.clone();
+        let mut turn = gate.lock();
+        let stage = self.take_stage();
+        write_and_sync(&mut turn, stage.as_ref(), &*self.file, &self.path)?;
+        self.mark_synced(self.len);
         Ok(())
     }
 
-    /// After a failed sync: writes the unsynced frames again (those already in the file read
-    /// back from it, the rest from memory) and syncs them, clearing the gate's failure.
+    /// After a failed write or sync: writes every byte not known durable again (from memory,
+    /// from the block holding the durable end) and syncs, clearing the gate's failure.
     pub fn resync(&mut self) -> StoreResult<()> {
         let gate = self.gate.clone();
-        let mut gate = gate.lock();
-        let mut unsynced = vec![0u8; (self.flushed - self.synced) as usize];
-        self.file
-            .read_exact_at(&mut unsynced, self.synced)
-            .and_then(|()| self.file.write_at(&unsynced, self.synced))
+        let mut turn = gate.lock();
+        self.pending
+            .stage(self.pending.start())
+            .write(&*self.file)
+            .and_then(|()| self.file.sync_data())
             .at(&self.path)?;
-        self.flush()?;
-        self.file.sync_data().at(&self.path)?;
-        gate.clear();
-        self.synced = self.len;
+        turn.clear();
+        self.flushed = self.len;
+        self.mark_synced(self.len);
         Ok(())
     }
+}
+
+/// Writes `stage` (if any) and fdatasyncs `file` (at `path`) in the gate's `turn`: refused
+/// while an earlier failure is unhealed; a failure of either is recorded in the gate (the
+/// next round heals first: [`Journal::heal`]).
+pub(crate) fn write_and_sync(
+    turn: &mut GateState,
+    stage: Option<&Stage>,
+    file: &dyn FileHandle,
+    path: &Path,
+) -> StoreResult<()> {
+    turn.refuse_if_failed(path)?;
+    if let Some(stage) = stage {
+        stage
+            .write(file)
+            .at(path)
+            .inspect_err(|e| turn.fail(e.to_string()))?;
+    }
+    file.sync_data()
+        .at(path)
+        .inspect_err(|e| turn.fail(e.to_string()))
 }
 
 /// What [`Journal::make_room`] found.

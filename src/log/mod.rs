@@ -24,6 +24,7 @@ mod commit;
 pub mod compaction;
 mod inner;
 mod journal;
+mod journal_blocks;
 pub mod maintenance;
 pub mod options;
 pub mod partition;
