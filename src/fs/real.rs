@@ -65,12 +65,7 @@ fn open_direct(path: &Path) -> io::Result<File> {
     {
         use std::os::unix::fs::OpenOptionsExt;
         let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
-        match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(direct)
-            .open(path)
-        {
+        match options.clone().custom_flags(direct).open(path) {
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {}
             opened => return opened,
         }

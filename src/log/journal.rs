@@ -186,6 +186,8 @@ pub fn prepare_chunk(capacity: u64) -> u64 {
 pub(crate) struct JournalFile {
     pub seq: u64,
     pub path: PathBuf,
+    /// The handle frames are written through (whole blocks, with direct I/O where the file
+    /// system allows it) and synced through.
     pub file: FileRef,
     /// Bytes the file may hold (whole blocks).
     pub capacity: u64,
@@ -196,9 +198,10 @@ pub(crate) struct JournalFile {
     pub flushed: u64,
     /// Every sync of the frames passes through it.
     pub gate: SyncGate,
-    /// A second handle on the file for zeroing space ahead. Its syncs run beside the rounds'
-    /// (never holding them up); being another open file description, a write-back error it
-    /// sees is still reported to the rounds' handle, so it never hides a lost frame from them.
+    /// The file's ordinary handle: its header, and the zeros written ahead. Its syncs run
+    /// beside the rounds' (never holding them up); being another open file description, a
+    /// write-back error it sees is still reported to the rounds' handle, so it never hides a
+    /// lost frame from them.
     zeroing: FileRef,
     /// End of the frames written.
     pub len: u64,
