@@ -175,17 +175,25 @@ impl LogInner {
     }
 
     /// Zeroes and syncs the next chunk of journal file ahead of the writers, outside the lock,
-    /// when little is left (the preparer's work). A failure is left for the writer that needs
-    /// the space, which prepares it inline and reports it.
+    /// when little is left (the preparer's work). Each synced piece is published at once, so a
+    /// writer that ran out of prepared space waits for one piece, not the chunk. A failure is
+    /// left for the writer that needs the space, which prepares it inline and reports it.
     pub fn prepare_journal_ahead(&self) {
         let Some(p) = self.journal().and_then(|mut j| j.begin_preparation()) else {
             return;
         };
-        let ran = p.run();
-        if let Some(mut j) = self.journal() {
-            j.end_preparation(&p, &ran);
+        let mut at = p.from();
+        loop {
+            let ran = p.run_piece(at);
+            let Some(mut j) = self.journal() else { return };
+            let more = j.end_piece(&p, &ran);
+            drop(j);
+            self.journal_ready.notify_all();
+            match ran {
+                Ok(end) if more => at = end,
+                _ => return,
+            }
         }
-        self.journal_ready.notify_all();
     }
 
     /// A buffered log syncs a partition inline once its unsynced bytes reach the bound (the

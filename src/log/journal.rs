@@ -26,7 +26,7 @@ use crate::fs::{
 };
 use crate::segment::{body_crc, BodyCrc, DecodeError};
 
-use super::journal_blocks::{block_end, block_start, Pending, Stage};
+use super::journal_blocks::{block_end, block_start, zeros, Pending, Stage, BLOCK};
 
 /// Magic bytes at the start of a journal file.
 pub const JOURNAL_MAGIC: [u8; 8] = *b"STRATJNL";
@@ -181,6 +181,14 @@ pub fn prepare_chunk(capacity: u64) -> u64 {
     block_end((capacity / 4).clamp(16 << 10, 1 << 20))
 }
 
+/// A journal file's first block: its header, then zeros (written whole, so that every later
+/// write, zeros or frames, starts on a block).
+fn header_block(seq: u64) -> Vec<u8> {
+    let mut block = encode_journal_header(seq).to_vec();
+    block.resize(BLOCK as usize, 0);
+    block
+}
+
 /// The journal file being written.
 #[derive(Debug)]
 pub(crate) struct JournalFile {
@@ -198,10 +206,13 @@ pub(crate) struct JournalFile {
     pub flushed: u64,
     /// Every sync of the frames passes through it.
     pub gate: SyncGate,
-    /// The file's ordinary handle: its header, and the zeros written ahead. Its syncs run
-    /// beside the rounds' (never holding them up); being another open file description, a
-    /// write-back error it sees is still reported to the rounds' handle, so it never hides a
-    /// lost frame from them.
+    /// The file's second direct handle: the zeros written ahead. Its syncs run beside the
+    /// rounds' (never holding them up); being another open file description, a write-back
+    /// error it sees is still reported to the rounds' handle, so it never hides a lost frame
+    /// from them. Zeros written through the page cache left pages that a round's direct write
+    /// had to drop and a round's fdatasync had to wait for while they were written back (a
+    /// fresh store's command now and then took ~2 ms); written directly, the file has no
+    /// cached pages past its header block.
     zeroing: FileRef,
     /// End of the frames written.
     pub len: u64,
@@ -235,30 +246,56 @@ pub(crate) struct Preparation {
 const PREPARE_SYNC_PIECE: u64 = 256 << 10;
 
 impl Preparation {
-    /// Writes zeros over the range, syncing every [`PREPARE_SYNC_PIECE`] and at the end.
+    /// Writes zeros over the range and syncs them, piece by piece (see [`Self::run_piece`]);
+    /// an empty range is synced too (a new file's header block relies on it).
     pub fn run(&self) -> StoreResult<()> {
-        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-        let mut at = self.from;
-        let mut unsynced = 0;
-        while at < self.to {
-            let n = (self.to - at).min(ZEROS.len() as u64);
-            self.file
-                .write_at(&ZEROS[..n as usize], at)
-                .at(&self.path)?;
-            at += n;
-            unsynced += n;
-            if unsynced >= PREPARE_SYNC_PIECE && at < self.to {
-                self.file.sync_data().at(&self.path)?;
-                unsynced = 0;
-            }
+        if self.from >= self.to {
+            return self.file.sync_data().at(&self.path);
         }
-        self.file.sync_data().at(&self.path)
+        let mut at = self.from;
+        while at < self.to {
+            at = self.run_piece(at)?;
+        }
+        Ok(())
+    }
+
+    /// Writes zeros from `at` (a piece's start in the range) over at most
+    /// [`PREPARE_SYNC_PIECE`] bytes and syncs them; returns where the piece ended (space below
+    /// it is prepared). Whole blocks from aligned memory: the handle writes directly.
+    pub fn run_piece(&self, at: u64) -> StoreResult<u64> {
+        debug_assert!(self.from <= at && at < self.to);
+        assert!(
+            at.is_multiple_of(BLOCK) && self.to.is_multiple_of(BLOCK),
+            "preparations are whole blocks"
+        );
+        let zeros = zeros();
+        let end = (at + PREPARE_SYNC_PIECE).min(self.to);
+        let mut written = at;
+        while written < end {
+            let n = (end - written).min(zeros.len() as u64);
+            self.file
+                .write_at(&zeros[..n as usize], written)
+                .at(&self.path)?;
+            written += n;
+        }
+        self.file.sync_data().at(&self.path)?;
+        Ok(end)
+    }
+
+    /// Where the range starts.
+    pub fn from(&self) -> u64 {
+        self.from
+    }
+
+    /// True when space prepared up to `end` covers the whole range.
+    pub fn covers(&self, end: u64) -> bool {
+        end >= self.to
     }
 }
 
 impl JournalFile {
-    /// Creates journal file `seq` in `dir`, `capacity` bytes at most, with its header and first
-    /// chunk written and synced, and the directory synced.
+    /// Creates journal file `seq` in `dir`, `capacity` bytes at most, with its header block
+    /// and first chunk written and synced, and the directory synced.
     pub fn create(
         fs: &dyn FileSystem,
         dir: &Path,
@@ -269,23 +306,26 @@ impl JournalFile {
         let path = dir.join(journal_file_name(seq));
         remove_if_present(fs, &path)?;
         let capacity = block_end(capacity);
-        let zeroing = fs.open(&path, OpenMode::CreateNew).at(&path)?;
-        let header = JOURNAL_HEADER_LEN as u64;
-        let first = Preparation {
-            seq,
-            path: path.clone(),
-            file: zeroing.clone(),
-            from: header,
-            to: capacity.min(prepare_chunk(capacity)),
-        };
-        let made = zeroing
-            .write_at(&encode_journal_header(seq), 0)
+        let created = fs.open(&path, OpenMode::CreateNew).at(&path)?;
+        let made = created
+            .write_at(&header_block(seq), 0)
+            .and_then(|()| fs.open(&path, OpenMode::WriteDirect))
             .at(&path)
-            .and_then(|()| first.run())
-            .and_then(|()| sync_dir(fs, dir))
-            .and_then(|()| fs.open(&path, OpenMode::WriteDirect).at(&path));
-        let file = match made {
-            Ok(file) => file,
+            .and_then(|zeroing| {
+                let first = Preparation {
+                    seq,
+                    path: path.clone(),
+                    file: zeroing.clone(),
+                    from: BLOCK,
+                    to: capacity.min(prepare_chunk(capacity)),
+                };
+                first.run()?;
+                sync_dir(fs, dir)?;
+                let file = fs.open(&path, OpenMode::WriteDirect).at(&path)?;
+                Ok((file, zeroing, first.to))
+            });
+        let (file, zeroing, prepared) = match made {
+            Ok(made) => made,
             Err(e) => {
                 // Best effort: a leftover is replaced by the next attempt.
                 if let Err(left) = fs.remove_file(&path) {
@@ -299,13 +339,14 @@ impl JournalFile {
             path,
             (file, zeroing),
             capacity,
-            first.to,
+            prepared,
             base_lsn,
         ))
     }
 
     /// Makes `spare`, a file every frame of which a checkpoint has covered, journal file `seq`:
-    /// renames it, writes and syncs the new header over the old one, then syncs the directory.
+    /// renames it, writes and syncs the new header block over the old one, then syncs the
+    /// directory.
     /// No frame is written before all three, and the old frames that follow carry an older
     /// sequence, so replay reads none of them; the blocks the old file wrote are reused as
     /// they are, so no zeros are written and nothing is unlinked (format/JOURNAL.md,
@@ -322,15 +363,16 @@ impl JournalFile {
         let path = dir.join(journal_file_name(seq));
         let capacity = block_end(capacity);
         fs.rename(spare, &path).at(spare)?;
-        let zeroing = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
-        zeroing.write_at(&encode_journal_header(seq), 0).at(&path)?;
-        zeroing.sync_data().at(&path)?;
+        let reopened = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
+        reopened.write_at(&header_block(seq), 0).at(&path)?;
+        reopened.sync_data().at(&path)?;
         sync_dir(fs, dir)?;
         // Every byte below the old file's length was written (zeros or frames) and synced;
         // frames are written in whole blocks, so only its whole blocks count.
-        let written = zeroing.len().at(&path)?;
+        let written = reopened.len().at(&path)?;
+        let zeroing = fs.open(&path, OpenMode::WriteDirect).at(&path)?;
         let file = fs.open(&path, OpenMode::WriteDirect).at(&path)?;
-        let prepared = block_start(written).clamp(JOURNAL_HEADER_LEN as u64, capacity);
+        let prepared = block_start(written).clamp(BLOCK, capacity);
         Ok(Self::opened(
             seq,
             path,
@@ -578,12 +620,21 @@ impl Journal {
         Some(p)
     }
 
-    /// Records a preparation's outcome (space it prepared in a file since replaced is moot).
-    pub fn end_preparation(&mut self, p: &Preparation, ran: &StoreResult<()>) {
-        self.preparing = false;
-        if ran.is_ok() && p.seq == self.current.seq {
-            self.current.prepared = self.current.prepared.max(p.to);
+    /// Records a piece of a preparation: the space below `ran`'s end is prepared. Returns
+    /// true when the preparation goes on; it ends with its last piece, a failure, or once its
+    /// file is no longer the current one.
+    pub fn end_piece(&mut self, p: &Preparation, ran: &StoreResult<u64>) -> bool {
+        let more = match ran {
+            Ok(end) if p.seq == self.current.seq => {
+                self.current.prepared = self.current.prepared.max(*end);
+                !p.covers(*end)
+            }
+            _ => false,
+        };
+        if !more {
+            self.preparing = false;
         }
+        more
     }
 
     /// Makes the journal writable again after a failed sync.
@@ -678,5 +729,74 @@ mod tests {
             assert_eq!(crc, direct.finalize(), "a combined CRC of {len} bytes");
         }
         assert_eq!(decode_journal_header(&encode_journal_header(9)), Ok(9));
+    }
+
+    #[test]
+    fn space_is_zeroed_ahead_directly_and_each_synced_piece_counts_at_once() {
+        use std::{io, sync::Arc};
+        let dir = tempfile::tempdir().unwrap();
+        let fs: Fs = Arc::new(crate::fs::RealFs);
+        let capacity = 8 << 20;
+        let file = JournalFile::create(&*fs, dir.path(), 1, capacity, 0).unwrap();
+        let chunk = prepare_chunk(capacity);
+        assert_eq!(file.prepared, chunk);
+        let bytes = std::fs::read(&file.path).unwrap();
+        assert_eq!(
+            bytes.len() as u64,
+            chunk,
+            "the header block and the first chunk"
+        );
+        assert_eq!(&bytes[..JOURNAL_HEADER_LEN], &encode_journal_header(1));
+        assert!(bytes[JOURNAL_HEADER_LEN..].iter().all(|&b| b == 0));
+        let mut journal = Journal {
+            fs,
+            dir: dir.path().to_path_buf(),
+            capacity,
+            current: file,
+            retired: Vec::new(),
+            spare: None,
+            poisoned: None,
+            preparing: false,
+        };
+        assert!(journal.begin_preparation().is_none(), "a chunk is ahead");
+        // As if frames had filled all but a block of the first chunk.
+        journal.current.len = chunk - BLOCK;
+        let p = journal
+            .begin_preparation()
+            .expect("less than half a chunk ahead");
+        assert_eq!((p.from(), journal.preparing), (chunk, true));
+        assert_eq!(journal.make_room(2 * BLOCK).unwrap(), Room::Wait);
+        let mut at = p.from();
+        loop {
+            let ran = p.run_piece(at);
+            let end = *ran.as_ref().unwrap();
+            assert_eq!(end, (at + PREPARE_SYNC_PIECE).min(2 * chunk));
+            let more = journal.end_piece(&p, &ran);
+            assert_eq!(
+                journal.current.prepared, end,
+                "each piece counts once synced"
+            );
+            assert_eq!(journal.make_room(2 * BLOCK).unwrap(), Room::Ready);
+            assert_eq!((more, journal.preparing), (!p.covers(end), !p.covers(end)));
+            if !more {
+                break;
+            }
+            at = end;
+        }
+        let bytes = std::fs::read(&journal.current.path).unwrap();
+        assert_eq!(bytes.len() as u64, 2 * chunk);
+        assert!(bytes[JOURNAL_HEADER_LEN..].iter().all(|&b| b == 0));
+        assert!(
+            journal.begin_preparation().is_none(),
+            "a chunk is ahead again"
+        );
+        journal.current.len = 2 * chunk - BLOCK;
+        let p = journal.begin_preparation().unwrap();
+        let lost: StoreResult<u64> = Err(StoreError::io(&journal.dir, io::Error::other("eio")));
+        assert!(!journal.end_piece(&p, &lost), "a failure ends it");
+        assert_eq!(
+            (journal.current.prepared, journal.preparing),
+            (2 * chunk, false)
+        );
     }
 }

@@ -13,6 +13,7 @@
 //! each write starts from it, and a heal after a failed write or sync writes it all again.
 
 use std::io;
+use std::sync::OnceLock;
 
 use crate::fs::{FileHandle, DIRECT_ALIGN};
 
@@ -27,6 +28,19 @@ pub fn block_start(at: u64) -> u64 {
 /// `at` rounded up to a whole block.
 pub fn block_end(at: u64) -> u64 {
     at.div_ceil(BLOCK) * BLOCK
+}
+
+/// Bytes of [`zeros`]: the most one write of zeros takes.
+pub const ZEROS_LEN: usize = 64 << 10;
+
+/// [`ZEROS_LEN`] zero bytes aligned to a block, for writing zeros through a direct handle
+/// (allocated once per process).
+pub fn zeros() -> &'static [u8] {
+    static ZEROS: OnceLock<Vec<u8>> = OnceLock::new();
+    let buf = ZEROS.get_or_init(|| vec![0u8; ZEROS_LEN + DIRECT_ALIGN]);
+    // Byte pointers can always be aligned; past a block it would mean it could not.
+    let offset = buf.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
+    &buf[offset..offset + ZEROS_LEN]
 }
 
 /// Bytes `[at, end)` of a journal file: from the block holding its durable end to its last
