@@ -261,6 +261,9 @@ impl LogInner {
         let synced = super::journal::write_and_sync(&mut turn, stage.as_ref(), &*file, &path);
         drop(turn);
         let mut j = self.journal().expect("a journaled log");
+        if let Some(stage) = stage.filter(|_| j.current.seq == seq) {
+            j.current.reuse(stage);
+        }
         match synced {
             Ok(()) => {
                 if j.current.seq == seq {

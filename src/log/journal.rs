@@ -480,6 +480,11 @@ impl JournalFile {
         Some(stage)
     }
 
+    /// Takes back the memory of a stage that was written, for the next one.
+    pub fn reuse(&mut self, stage: Stage) {
+        self.pending.reuse(stage);
+    }
+
     /// Records that a sync made the file durable to `upto`.
     pub fn mark_synced(&mut self, upto: u64) {
         self.synced = self.synced.max(upto);
@@ -491,7 +496,11 @@ impl JournalFile {
         let gate = self.gate.clone();
         let mut turn = gate.lock();
         let stage = self.take_stage();
-        write_and_sync(&mut turn, stage.as_ref(), &*self.file, &self.path)?;
+        let synced = write_and_sync(&mut turn, stage.as_ref(), &*self.file, &self.path);
+        if let Some(stage) = stage {
+            self.reuse(stage);
+        }
+        synced?;
         self.mark_synced(self.len);
         Ok(())
     }
@@ -501,9 +510,10 @@ impl JournalFile {
     pub fn resync(&mut self) -> StoreResult<()> {
         let gate = self.gate.clone();
         let mut turn = gate.lock();
-        self.pending
-            .stage(self.pending.start())
-            .write(&*self.file)
+        let stage = self.pending.stage(self.pending.start());
+        let written = stage.write(&*self.file);
+        self.reuse(stage);
+        written
             .and_then(|()| self.file.sync_data())
             .at(&self.path)?;
         turn.clear();

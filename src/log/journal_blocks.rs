@@ -50,7 +50,14 @@ pub(crate) struct Pending {
     /// File offset of `bytes[0]`, always a block start.
     at: u64,
     bytes: Vec<u8>,
+    /// The memory of a stage written and handed back ([`Self::reuse`]), for the next stage:
+    /// a round then neither allocates nor zeroes its blocks (only the last one's tail).
+    spare: Vec<u8>,
 }
+
+/// The largest stage memory kept for reuse (a larger stage, as a file switch after a long
+/// buffered run may write, is freed once written).
+const MAX_SPARE_STAGE: usize = 1 << 20;
 
 impl Pending {
     /// A file that holds `head` from offset 0 (its header) and nothing after it.
@@ -58,6 +65,7 @@ impl Pending {
         Self {
             at: 0,
             bytes: head.to_vec(),
+            spare: Vec::new(),
         }
     }
 
@@ -89,20 +97,33 @@ impl Pending {
         self.at = keep_from;
     }
 
-    /// The blocks from the one holding `from` to the last byte's, zeros after it.
-    pub fn stage(&self, from: u64) -> Stage {
+    /// The blocks from the one holding `from` to the last byte's, zeros after it (in the
+    /// memory of the last stage handed back, when it is large enough).
+    pub fn stage(&mut self, from: u64) -> Stage {
         let at = block_start(from).max(self.at);
         let len = (block_end(self.end()) - at) as usize;
-        let mut buf = vec![0u8; len + DIRECT_ALIGN];
+        let mut buf = std::mem::take(&mut self.spare);
+        if buf.len() < len + DIRECT_ALIGN {
+            buf = vec![0u8; (len + DIRECT_ALIGN).next_power_of_two()];
+        }
         // Byte pointers can always be aligned; past a block it would mean it could not.
         let offset = buf.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
         let bytes = &self.bytes[(at - self.at) as usize..];
         buf[offset..offset + bytes.len()].copy_from_slice(bytes);
+        buf[offset + bytes.len()..offset + len].fill(0);
         Stage {
             at,
             buf,
             offset,
             len,
+        }
+    }
+
+    /// Takes back a written stage's memory for the next stage (unless it is over
+    /// [`MAX_SPARE_STAGE`]).
+    pub fn reuse(&mut self, stage: Stage) {
+        if stage.buf.len() <= MAX_SPARE_STAGE && stage.buf.len() > self.spare.len() {
+            self.spare = stage.buf;
         }
     }
 }
@@ -155,11 +176,19 @@ mod tests {
         assert!(first.bytes()[32..5032].iter().all(|&b| b == 1));
         assert!(first.bytes()[5032..].iter().all(|&b| b == 0));
         p.push(&[2u8; 100]);
+        let reused = first.bytes().as_ptr();
+        p.reuse(first);
         let second = p.stage(5032);
+        assert_eq!(second.bytes().as_ptr(), reused, "the handed-back memory");
         assert_eq!((second.at(), second.end()), (BLOCK, 2 * BLOCK));
         let tail = (5032 - BLOCK) as usize;
         assert!(second.bytes()[..tail].iter().all(|&b| b == 1));
         assert!(second.bytes()[tail..tail + 100].iter().all(|&b| b == 2));
+        let zeroed = tail + 100;
+        assert!(
+            second.bytes()[zeroed..].iter().all(|&b| b == 0),
+            "the last block's tail is zeros, not the earlier stage's bytes"
+        );
         p.durable_to(5032);
         assert_eq!((p.start(), p.end()), (BLOCK, 5132));
         p.truncate(5100);
