@@ -166,8 +166,8 @@ impl LogInner {
         }
     }
 
-    /// Asks the preparer for the next chunk of journal space when less than half a chunk is
-    /// left prepared ahead (the group-commit leader calls this after its round).
+    /// Asks the preparer for the next chunk of journal space when less than a chunk is left
+    /// prepared ahead (the group-commit leader calls this after its round).
     pub fn request_preparation(&self) {
         if self.journal().is_some_and(|j| j.wants_preparation()) {
             self.preparer.request();

@@ -270,6 +270,7 @@ impl Preparation {
         );
         let zeros = zeros();
         let end = (at + PREPARE_SYNC_PIECE).min(self.to);
+        self.allocate_to(end)?;
         let mut written = at;
         while written < end {
             let n = (end - written).min(zeros.len() as u64);
@@ -280,6 +281,21 @@ impl Preparation {
         }
         self.file.sync_data().at(&self.path)?;
         Ok(end)
+    }
+
+    /// Allocates the file's blocks to `end` and extends it there (unless it is that long
+    /// already), so the zeros written next neither extend the file nor allocate: ext4 then
+    /// takes the file's lock shared for them, as for the rounds' writes, instead of exclusive
+    /// for as long as the device takes to write them (a round's direct write waited up to
+    /// ~2 ms behind one). The piece's sync makes the length and blocks durable with the zeros.
+    fn allocate_to(&self, end: u64) -> StoreResult<()> {
+        if self.file.len().at(&self.path)? >= end {
+            return Ok(());
+        }
+        self.file
+            .reserve(end)
+            .and_then(|()| self.file.set_len(end))
+            .at(&self.path)
     }
 
     /// Where the range starts.
@@ -367,8 +383,9 @@ impl JournalFile {
         reopened.write_at(&header_block(seq), 0).at(&path)?;
         reopened.sync_data().at(&path)?;
         sync_dir(fs, dir)?;
-        // Every byte below the old file's length was written (zeros or frames) and synced;
-        // frames are written in whole blocks, so only its whole blocks count.
+        // Every byte below the old file's length was written (zeros or frames) and synced, or
+        // (a preparation cut short by the switch) allocated and reading as zeros, which frames
+        // may overwrite too; frames are written in whole blocks, so only its whole blocks count.
         let written = reopened.len().at(&path)?;
         let zeroing = fs.open(&path, OpenMode::WriteDirect).at(&path)?;
         let file = fs.open(&path, OpenMode::WriteDirect).at(&path)?;
@@ -609,18 +626,19 @@ impl Journal {
         Ok(())
     }
 
-    /// True when less than half a chunk is prepared ahead (the next chunk then has the time
-    /// the writers take for that half), no preparation runs and the file has room left to
-    /// prepare. A log that writes less than half its first chunk never prepares another.
+    /// True when less than a chunk is prepared ahead (the next chunk then has the time the
+    /// writers take for a whole chunk: with half of one, a fresh store's writer caught up with
+    /// the zeros and waited ~1 ms now and then), no preparation runs and the file has room
+    /// left to prepare. A new file asks for its second chunk with its first frames.
     pub fn wants_preparation(&self) -> bool {
         let ahead = self.current.prepared - self.current.len;
         !self.preparing
-            && ahead < prepare_chunk(self.current.capacity) / 2
+            && ahead < prepare_chunk(self.current.capacity)
             && self.current.prepared < self.current.capacity
     }
 
-    /// The next chunk to prepare ahead of the writer, when less than half a chunk is prepared
-    /// ahead and no preparation runs; marks one running ([`Self::end_preparation`] ends it).
+    /// The next chunk to prepare ahead of the writer, when less than a chunk is prepared ahead
+    /// and no preparation runs; marks one running ([`Self::end_piece`] ends it).
     pub fn begin_preparation(&mut self) -> Option<Preparation> {
         if !self.wants_preparation() {
             return None;
@@ -768,12 +786,15 @@ mod tests {
             poisoned: None,
             preparing: false,
         };
-        assert!(journal.begin_preparation().is_none(), "a chunk is ahead");
+        assert!(
+            journal.wants_preparation(),
+            "a new file asks for its second chunk at once"
+        );
         // As if frames had filled all but a block of the first chunk.
         journal.current.len = chunk - BLOCK;
         let p = journal
             .begin_preparation()
-            .expect("less than half a chunk ahead");
+            .expect("less than a chunk ahead");
         assert_eq!((p.from(), journal.preparing), (chunk, true));
         assert_eq!(journal.make_room(2 * BLOCK).unwrap(), Room::Wait);
         let mut at = p.from();

@@ -5,7 +5,7 @@
 //! The group-commit leader used to prepare the next chunk itself after its round, so every
 //! chunk (up to 1 MiB written and synced) delayed that leader's own acknowledgement; with one
 //! writer at a time (a group engine's commands) that was one command in ~32 paying ~1 ms. Now
-//! the leader only asks ([`Preparer::request`], when less than half a chunk is prepared ahead) and
+//! the leader only asks ([`Preparer::request`], when less than a chunk is prepared ahead) and
 //! this thread does the work beside the next rounds, through the journal file's second handle.
 //!
 //! Writers never wait for the preparer itself: a writer that finds too little prepared space
