@@ -38,9 +38,14 @@ pub const ZEROS_LEN: usize = 64 << 10;
 pub fn zeros() -> &'static [u8] {
     static ZEROS: OnceLock<Vec<u8>> = OnceLock::new();
     let buf = ZEROS.get_or_init(|| vec![0u8; ZEROS_LEN + DIRECT_ALIGN]);
-    // Byte pointers can always be aligned; past a block it would mean it could not.
-    let offset = buf.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
+    let offset = aligned_offset(buf);
     &buf[offset..offset + ZEROS_LEN]
+}
+
+/// Where the first block-aligned byte of `buf` is (at most [`DIRECT_ALIGN`] in).
+fn aligned_offset(buf: &[u8]) -> usize {
+    // Byte pointers can always be aligned; past a block it would mean it could not.
+    buf.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN)
 }
 
 /// Bytes `[at, end)` of a journal file: from the block holding its durable end to its last
@@ -106,8 +111,7 @@ impl Pending {
         if buf.len() < len + DIRECT_ALIGN {
             buf = vec![0u8; (len + DIRECT_ALIGN).next_power_of_two()];
         }
-        // Byte pointers can always be aligned; past a block it would mean it could not.
-        let offset = buf.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
+        let offset = aligned_offset(&buf);
         let bytes = &self.bytes[(at - self.at) as usize..];
         buf[offset..offset + bytes.len()].copy_from_slice(bytes);
         buf[offset + bytes.len()..offset + len].fill(0);
