@@ -2,9 +2,9 @@
 //! commit record syncs (format/GROUP_STATE.md, "Deferred digests").
 //!
 //! ursula's per-stream integrity setsum takes one SHA3 digest per append over its bytes: about
-//! 2.5 ns a byte here one at a time, 80-100 us for an `append_batch` of 32 KiB, and about a
-//! third of that hashed four at a time ([`crate::group::state::sha3_x4`], as every side of a job
-//! here does). Nothing in the commit record needs it before the record is durable, and the
+//! 2.5 ns a byte here one at a time, 80-100 us for an `append_batch` of 32 KiB, about a third
+//! of that hashed four at a time, and less again eight at a time where the CPU has AVX-512F
+//! ([`crate::group::state::sha3_lanes`], as every side of a job here does). Nothing in the commit record needs it before the record is durable, and the
 //! fdatasync that makes it durable leaves the CPU idle for longer than that. So a command whose
 //! inline appends reach [`DEFER_MIN_BYTES`] writes its stream rows without their digests plus
 //! one digest op per append (the payload record, which holds the bytes, and the stream offset),
@@ -15,7 +15,7 @@
 //! sealing: handing off costs more than it saves.
 //!
 //! The helper is one thread per process. Once the record is synced the caller shares the job:
-//! both claim the next four unhashed appends in turn, so a helper that started late leaves the
+//! both claim the next [`CLAIM`] unhashed appends in turn, so a helper that started late leaves the
 //! rest to the caller (who used to take a job back whole when the helper had not begun it: one
 //! command in ~11 then hashed all 32 KiB after its sync), and a busy helper never makes a
 //! command slower than hashing inline would.
@@ -155,11 +155,12 @@ fn sum_digests(items: Vec<DeferredDigest>) -> DigestSums {
     sum_per_stream(&items, digests)
 }
 
-/// Appends the helper or the caller claims at a time: the batched hash works on four at once
-/// ([`crate::group::state::sha3_x4`]).
-const CLAIM: usize = 4;
+/// Appends the helper or the caller claims at a time: the batched hash works on eight at once
+/// (four on a CPU without AVX-512F: a claim is then hashed as two fours;
+/// [`crate::group::state::sha3_lanes`]).
+const CLAIM: usize = 8;
 
-/// The record digests of `items`, in order, hashed four at a time.
+/// The record digests of `items`, in order, hashed eight or four at a time.
 fn digests_of(items: &[DeferredDigest]) -> Vec<setsum::Setsum> {
     let appends: Vec<InlineAppend<'_>> = items
         .iter()

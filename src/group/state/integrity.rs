@@ -4,7 +4,7 @@
 
 use ursula_shard::BucketStreamId;
 
-use super::sha3_x4::{sha3_256_x4, Message};
+use super::sha3_lanes::{eight_lanes, sha3_256_x4, sha3_256_x8, Message};
 use crate::group::rows::StreamRow;
 
 /// Records one accepted inline append in the integrity setsums.
@@ -106,36 +106,57 @@ fn record_head(id: &BucketStreamId, start: u64, end: u64, kind: &[u8]) -> Vec<u8
 /// One inline append to digest: its stream, the stream offset of its first byte, its bytes.
 pub(crate) type InlineAppend<'a> = (&'a BucketStreamId, u64, &'a [u8]);
 
-/// The record digest of each inline append (as [`inline_digest`] gives), four at a time
-/// ([`super::sha3_x4`]: about 3x faster than one by one here; a lone append is hashed alone).
+/// The record digest of each inline append (as [`inline_digest`] gives), eight or four at a time
+/// ([`super::sha3_lanes`]: four at once about 3x faster than one by one here, eight about 1.4x
+/// four where the CPU has AVX-512F); a lone append is hashed alone.
 pub(crate) fn inline_digests(appends: &[InlineAppend<'_>]) -> Vec<setsum::Setsum> {
+    let eight = eight_lanes();
     let mut out = Vec::with_capacity(appends.len());
-    for chunk in appends.chunks(4) {
-        if let [(id, start, payload)] = chunk {
-            out.push(inline_digest(id, *start, payload));
-            continue;
+    let mut rest = appends;
+    while !rest.is_empty() {
+        let take = match rest.len() {
+            n if eight && n > 4 => n.min(8),
+            n => n.min(4),
+        };
+        let (chunk, tail) = rest.split_at(take);
+        rest = tail;
+        match chunk {
+            [(id, start, payload)] => out.push(inline_digest(id, *start, payload)),
+            _ if take > 4 => out.extend(lane_digests(chunk, sha3_256_x8)),
+            _ => out.extend(lane_digests(chunk, sha3_256_x4)),
         }
-        let heads: Vec<Vec<u8>> = chunk
-            .iter()
-            .map(|(id, start, payload)| {
-                record_head(id, *start, *start + payload.len() as u64, b"inline")
-            })
-            .collect();
-        let messages: [Message<'_>; 4] =
-            std::array::from_fn(|i| match (chunk.get(i), heads.get(i)) {
-                (Some((_, _, payload)), Some(head)) => [head.as_slice(), payload],
-                _ => [&[][..], &[][..]],
-            });
-        let hashes = sha3_256_x4(messages);
-        out.extend(chunk.iter().zip(hashes).map(|((_, _, payload), hash)| {
+    }
+    out
+}
+
+/// The record digests of `chunk` (at most `N` appends) hashed side by side by `hash`.
+fn lane_digests<const N: usize>(
+    chunk: &[InlineAppend<'_>],
+    hash: fn([Message<'_>; N]) -> [[u8; 32]; N],
+) -> Vec<setsum::Setsum> {
+    debug_assert!(chunk.len() <= N);
+    let heads: Vec<Vec<u8>> = chunk
+        .iter()
+        .map(|(id, start, payload)| {
+            record_head(id, *start, *start + payload.len() as u64, b"inline")
+        })
+        .collect();
+    let messages: [Message<'_>; N] = std::array::from_fn(|i| match (chunk.get(i), heads.get(i)) {
+        (Some((_, _, payload)), Some(head)) => [head.as_slice(), payload],
+        _ => [&[][..], &[][..]],
+    });
+    let hashes = hash(messages);
+    chunk
+        .iter()
+        .zip(hashes)
+        .map(|((_, _, payload), hash)| {
             if payload.is_empty() {
                 setsum::Setsum::default()
             } else {
                 setsum_of_hash(hash)
             }
-        }));
-    }
-    out
+        })
+        .collect()
 }
 
 /// The columns' primes of setsum 0.8 (each column of a digest is reduced below its prime).

@@ -9,8 +9,8 @@
 
 pub mod integrity;
 #[cfg(target_arch = "x86_64")]
-mod keccak_x4_avx;
-pub mod sha3_x4;
+mod keccak_avx;
+pub mod sha3_lanes;
 pub mod streams;
 
 use imbl::shared_ptr::DefaultSharedPtr;
