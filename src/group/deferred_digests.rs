@@ -4,20 +4,21 @@
 //! ursula's per-stream integrity setsum takes one SHA3 digest per append over its bytes: about
 //! 2.5 ns a byte here one at a time, 80-100 us for an `append_batch` of 32 KiB, about a third
 //! of that hashed four at a time, and less again eight at a time where the CPU has AVX-512F
-//! ([`crate::group::state::sha3_lanes`], as every side of a job here does). Nothing in the commit record needs it before the record is durable, and the
-//! fdatasync that makes it durable leaves the CPU idle for longer than that. So a command whose
-//! inline appends reach [`DEFER_MIN_BYTES`] writes its stream rows without their digests plus
-//! one digest op per append (the payload record, which holds the bytes, and the stream offset),
-//! hands the hashing to a helper thread as soon as it has planned its appends (so the helper
-//! hashes while the payloads are written and the record is built, as well as during the sync),
-//! and adds the sums to its rows (in memory and in the RocksDB write) once the record is synced.
-//! Replay computes the same sums from the payload records. Smaller commands hash inline while
-//! sealing: handing off costs more than it saves.
+//! ([`crate::group::state::sha3_lanes`], as every side of a job here does). Nothing in the
+//! commit record needs it before the record is durable, and the fdatasync that makes it
+//! durable leaves the CPU idle for longer than that. So a command whose inline appends reach
+//! [`DEFER_MIN_BYTES`] writes its stream rows without their digests plus one digest op per
+//! append (the payload record, which holds the bytes, and the stream offset), hands the hashing
+//! to a helper thread as soon as it has planned its appends (so the helper hashes while the
+//! payloads are written and the record is built, as well as during the sync), and adds the sums
+//! to its rows (in memory and in the RocksDB write) once the record is synced. Replay computes
+//! the same sums from the payload records. Smaller commands hash inline while sealing: handing
+//! off costs more than it saves.
 //!
 //! The helper is one thread per process. Once the record is synced the caller shares the job:
-//! both claim the next [`CLAIM`] unhashed appends in turn, so a helper that started late leaves the
-//! rest to the caller (who used to take a job back whole when the helper had not begun it: one
-//! command in ~11 then hashed all 32 KiB after its sync), and a busy helper never makes a
+//! both claim the next [`CLAIM`] unhashed appends in turn, so a helper that started late leaves
+//! the rest to the caller (who used to take a job back whole when the helper had not begun it:
+//! one command in ~11 then hashed all 32 KiB after its sync), and a busy helper never makes a
 //! command slower than hashing inline would.
 //!
 //! A finished job holds the last references to the command's payloads (the payload record
