@@ -104,14 +104,14 @@ impl DiskGroupEngine {
         input: AppendInput,
     ) -> Result<Result<PlannedAppend, AppendOutcome>, GroupEngineError> {
         let id: &BucketStreamId = &input.stream_id;
-        // One lookup for presence and expiry (`expire_if_due`'s check).
-        match tx.state.streams.get(id) {
-            None => return Err(not_found(id)),
-            Some(row) if is_expired(&row.metadata, input.now_ms) => {
-                self.remove_stream(tx, id);
-                return Err(not_found(id));
-            }
-            Some(_) => {}
+        // One lookup for presence, expiry (`expire_if_due`'s check) and the checks below (each
+        // only reads the state).
+        let Some(row) = tx.state.streams.get(id) else {
+            return Err(not_found(id));
+        };
+        if is_expired(&row.metadata, input.now_ms) {
+            self.remove_stream(tx, id);
+            return Err(not_found(id));
         }
         if let ProducerDecision::Duplicate { receipt, producer } =
             self.evaluate_producer(&tx.state, id, input.producer.as_ref())?
@@ -146,8 +146,6 @@ impl DiskGroupEngine {
                 record_range,
             }));
         }
-        // One lookup for the checks below (each only reads the state).
-        let row = tx.state.streams.get(id).ok_or_else(|| not_found(id))?;
         if let Some(expected) = input.record_match {
             records::check_record_match(row, expected)?;
         }

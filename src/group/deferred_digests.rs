@@ -372,15 +372,23 @@ impl Spent {
         }
     }
 
-    /// The jobs handed over so far, taken.
+    /// The jobs handed over so far, taken. The list left behind is allocated here, on the
+    /// helper's side, with room for [`SPENT_ROOM`] jobs: a hand-over then pushes without
+    /// allocating (an empty list left behind made every command's push allocate, on glibc's
+    /// arena lock beside the helper's frees: ~2.6% of the command thread's samples).
     fn take(&self) -> Vec<DigestJob> {
-        std::mem::take(&mut *lock(&self.jobs))
+        let room = Vec::with_capacity(SPENT_ROOM);
+        std::mem::replace(&mut *lock(&self.jobs), room)
     }
 
     fn is_empty(&self) -> bool {
         lock(&self.jobs).is_empty()
     }
 }
+
+/// Spent jobs a list taken by the helper leaves room for (one per command between two of its
+/// takes, usually).
+const SPENT_ROOM: usize = 4;
 
 /// The spent jobs of the process's helper thread.
 static SPENT: Spent = Spent::new();

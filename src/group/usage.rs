@@ -5,7 +5,6 @@ use ursula_runtime::{ColdWriteAdmission, GroupEngineError};
 use ursula_shard::BucketStreamId;
 use ursula_stream::StreamErrorCode;
 
-use super::rows::UsageRow;
 use super::state::GroupState;
 use super::tx::Tx;
 use super::{stream_error, DiskGroupEngine};
@@ -72,13 +71,10 @@ impl DiskGroupEngine {
         records: u64,
         created: bool,
     ) {
-        if !tx.state.usage.contains_key(bucket) {
-            tx.state
-                .usage
-                .insert(bucket.to_string(), UsageRow::default());
-        }
-        let Some(usage) = tx.state.usage.get_mut(bucket) else {
-            return;
+        // One lookup when the bucket has a row (every append after its first stream's).
+        let usage = match tx.state.usage.get_mut(bucket) {
+            Some(usage) => usage,
+            None => tx.state.usage.entry(bucket.to_string()).or_default(),
         };
         if created {
             usage.stream_count = usage.stream_count.saturating_add(1);
