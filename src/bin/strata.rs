@@ -970,6 +970,26 @@ fn print_comparisons<'a>(rows: impl Iterator<Item = &'a strata::tools::bench::Co
             );
         }
     }
+    print_cpu(&rows);
+}
+
+/// Prints each row's CPU per operation (the whole process, every thread) on both engines.
+fn print_cpu(rows: &[&strata::tools::bench::Comparison]) {
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+    if rows.iter().any(|c| c.cpu.is_some()) {
+        say!("CPU per operation, microseconds (the whole process, background threads included; ratio = RocksDB / Strata)");
+    }
+    for c in rows {
+        if let Some((s, r)) = c.cpu_per_op() {
+            say!(
+                "  {:<46} strata {:>8.2}   rocksdb {:>8.2}   {:>5.2}x",
+                c.name,
+                us(s),
+                us(r),
+                us(r) / us(s).max(1e-9)
+            );
+        }
+    }
 }
 
 fn tempfile_dir() -> Result<PathBuf, String> {

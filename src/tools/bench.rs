@@ -8,6 +8,10 @@
 //! `sync = true` for Sync rows). Reads walk everything written, borrowing each value (Strata:
 //! [`Log::visit`]; RocksDB: a raw iterator), first while the data sits in the active segment /
 //! memtable, then again after both sealed it (roll / flush to SST files).
+//!
+//! Each timed run also reads the process's CPU clock ([`process_cpu`]) before and after: CPU
+//! per operation (every thread of the process, the engine's background threads included) is
+//! far steadier than wall time on a shared host, and is what an embedding application gives up.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -67,11 +71,20 @@ pub struct Latency {
     pub p999: Duration,
 }
 
-/// Wall time and per-operation latencies of a run.
+/// CPU time the whole process has used so far: every thread, live or exited.
+pub fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    let nanos = u32::try_from(t.tv_nsec).unwrap_or(0).min(999_999_999);
+    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), nanos)
+}
+
+/// Wall time, process CPU time and per-operation latencies of a run.
 #[derive(Debug)]
 pub struct Timer {
     samples: Vec<Duration>,
     started: Instant,
+    /// [`process_cpu`] at the start.
+    cpu_started: Duration,
     /// End of the last [`Timer::lap`] (or the start).
     last: Instant,
 }
@@ -83,6 +96,7 @@ impl Timer {
         Self {
             samples: Vec::new(),
             started: now,
+            cpu_started: process_cpu(),
             last: now,
         }
     }
@@ -111,11 +125,12 @@ impl Timer {
         out
     }
 
-    /// The wall time since the start and the operations' percentiles.
+    /// The wall time and process CPU time since the start, and the operations' percentiles.
     pub fn finish(mut self) -> AppendRun {
         AppendRun {
             elapsed: self.started.elapsed(),
             latency: Latency::of(&mut self.samples),
+            cpu: process_cpu().saturating_sub(self.cpu_started),
         }
     }
 }
@@ -146,6 +161,8 @@ pub struct AppendRun {
     pub elapsed: Duration,
     /// Per-append latency percentiles (of every Sync append, of a sample of buffered ones).
     pub latency: Latency,
+    /// CPU time of the whole process during the run ([`process_cpu`]).
+    pub cpu: Duration,
 }
 
 /// Timings of one workload on both engines.
@@ -164,6 +181,8 @@ pub struct Comparison {
     /// Per-operation latency (Strata, RocksDB) where it was measured (appends, group commands
     /// and read pages; not whole-log scans, whose unit is a record).
     pub latency: Option<(Latency, Latency)>,
+    /// Process CPU time of each engine's run (Strata, RocksDB), where latency was measured.
+    pub cpu: Option<(Duration, Duration)>,
 }
 
 impl Comparison {
@@ -180,6 +199,12 @@ impl Comparison {
     /// RocksDB operations per second.
     pub fn rocksdb_ops_per_sec(&self) -> f64 {
         self.operations as f64 / self.rocksdb.as_secs_f64().max(1e-9)
+    }
+
+    /// CPU per operation of each engine (Strata, RocksDB), where it was measured.
+    pub fn cpu_per_op(&self) -> Option<(Duration, Duration)> {
+        let per_op = |d: Duration| d / u32::try_from(self.operations.max(1)).unwrap_or(u32::MAX);
+        self.cpu.map(|(s, r)| (per_op(s), per_op(r)))
     }
 
     /// Strata value bytes per second, in MB/s.
@@ -210,7 +235,7 @@ pub(crate) fn run_writers<E: Send>(
     append: impl Fn(usize, usize) -> Result<(), E> + Sync,
 ) -> Result<AppendRun, E> {
     let stride = if every_call { 1 } else { BUFFERED_SAMPLE };
-    let start = Instant::now();
+    let (start, cpu_started) = (Instant::now(), process_cpu());
     let mut samples = std::thread::scope(|s| {
         let handles: Vec<_> = (0..writers.max(1))
             .map(|writer| {
@@ -240,6 +265,7 @@ pub(crate) fn run_writers<E: Send>(
     Ok(AppendRun {
         elapsed: start.elapsed(),
         latency: Latency::of(&mut samples),
+        cpu: process_cpu().saturating_sub(cpu_started),
     })
 }
 
@@ -301,3 +327,44 @@ pub use open::{open_times, OpenTimes, OPEN_PASSES};
 
 #[cfg(feature = "rocksdb")]
 pub use baseline::{compare, rocksdb_append, rocksdb_read_all, rocksdb_seal};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_counts_the_cpu_of_every_thread_it_started_even_after_they_exited() {
+        // Busy work the optimizer cannot drop: CRCs of a buffer, on the threads of the run.
+        let buf = vec![7u8; 1 << 20];
+        let spin = || {
+            let mut crc = 0;
+            for _ in 0..8 {
+                crc ^= crc32fast::hash(std::hint::black_box(&buf));
+            }
+            std::hint::black_box(crc);
+        };
+        let run = run_writers(4, 2, true, |_, _| {
+            spin();
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        let one = {
+            let timer = Timer::start();
+            spin();
+            timer.finish().cpu
+        };
+        assert!(
+            one > Duration::ZERO,
+            "the clock counts a single thread's work"
+        );
+        // Eight times that work ran on four threads that have exited by now; their CPU counts
+        // (wall time may be shorter than it on several cores, the CPU cannot be).
+        assert!(
+            run.cpu >= one * 4,
+            "{:?} against {:?} for one",
+            run.cpu,
+            one
+        );
+        assert!(process_cpu() >= run.cpu);
+    }
+}

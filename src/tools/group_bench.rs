@@ -500,6 +500,7 @@ fn row(name: String, (operations, bytes): (usize, u64), s: AppendRun, r: AppendR
         strata: s.elapsed,
         rocksdb: r.elapsed,
         latency: Some((s.latency, r.latency)),
+        cpu: Some((s.cpu, r.cpu)),
     }
 }
 

@@ -63,6 +63,7 @@ fn append_row(w: &AppendWorkload, strata: &AppendRun, rocks: &AppendRun) -> Comp
         strata: strata.elapsed,
         rocksdb: rocks.elapsed,
         latency: Some((strata.latency, rocks.latency)),
+        cpu: Some((strata.cpu, rocks.cpu)),
     }
 }
 
@@ -74,6 +75,7 @@ fn read_row(w: &AppendWorkload, what: &str, strata: Duration, rocks: Duration) -
         strata,
         rocksdb: rocks,
         latency: None,
+        cpu: None,
     }
 }
 
