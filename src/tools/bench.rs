@@ -73,7 +73,12 @@ pub struct Latency {
 
 /// CPU time the whole process has used so far: every thread, live or exited.
 pub fn process_cpu() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    cpu_clock(rustix::time::ClockId::ProcessCPUTime)
+}
+
+/// The reading of CPU-time clock `id`.
+fn cpu_clock(id: rustix::time::ClockId) -> Duration {
+    let t = rustix::time::clock_gettime(id);
     let nanos = u32::try_from(t.tv_nsec).unwrap_or(0).min(999_999_999);
     Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), nanos)
 }
@@ -335,9 +340,7 @@ mod tests {
     /// CPU time the calling thread has used so far (other tests running beside this one do
     /// not count, unlike in [`process_cpu`]).
     fn thread_cpu() -> Duration {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-        let nanos = u32::try_from(t.tv_nsec).unwrap_or(0);
-        Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), nanos)
+        cpu_clock(rustix::time::ClockId::ThreadCPUTime)
     }
 
     #[test]
