@@ -650,6 +650,11 @@ impl WritableMap for FaultMap {
     }
 
     /// Passed through, like a prefault: no byte changes.
+    fn read_ahead(&self, start: usize, end: usize) -> io::Result<()> {
+        self.map.read_ahead(start, end)
+    }
+
+    /// Passed through, like a prefault: no byte changes.
     fn unmap_from(&self, from: usize) -> io::Result<()> {
         self.map.unmap_from(from)
     }

@@ -37,7 +37,7 @@ pub use copy::{copy_file, copy_tree, CopyReport};
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use no_sync::NoSyncFs;
-pub use prefault::prefault_later;
+pub use prefault::{prefault_later, read_ahead_later};
 pub use real::{prefetch, RealFs, RealMap, RANDOM_HEAD};
 pub use sync_gate::{GateState, SyncGate};
 
@@ -65,6 +65,15 @@ pub trait WritableMap: Send + Sync + std::fmt::Debug {
     /// page-cache pages; the bytes do not change, so nothing about durability does). A hint: the
     /// file must already cover the range; the default does nothing.
     fn prefault(&self, start: usize, end: usize) -> io::Result<()> {
+        let _ = (start, end);
+        Ok(())
+    }
+
+    /// Puts `[start, end)` of the file in the page cache now, in the calling thread (a read,
+    /// so zeros where nothing was written; no byte changes), so that the writer's faults there
+    /// later find the pages instead of each reading around them. A hint; the default does
+    /// nothing.
+    fn read_ahead(&self, start: usize, end: usize) -> io::Result<()> {
         let _ = (start, end);
         Ok(())
     }

@@ -21,11 +21,13 @@ use super::MapRef;
 /// and a later job's range would be written before it is reached).
 pub const QUEUE: usize = 16;
 
-/// One range to prefault.
+/// One range to prefault or read ahead.
 struct Job {
     map: MapRef,
     start: usize,
     end: usize,
+    /// [`WritableMap::read_ahead`](super::WritableMap::read_ahead) instead of a prefault.
+    read_only: bool,
 }
 
 /// The thread's queue, or `None` when it could not be started.
@@ -41,7 +43,11 @@ fn start() -> Option<SyncSender<Job>> {
         .name("strata-prefault".into())
         .spawn(move || {
             while let Ok(job) = rx.recv() {
-                if let Err(e) = job.map.prefault(job.start, job.end) {
+                let done = match job.read_only {
+                    true => job.map.read_ahead(job.start, job.end),
+                    false => job.map.prefault(job.start, job.end),
+                };
+                if let Err(e) = done {
                     tracing::debug!(error = %e, "prefaulting a mapping failed (a hint only)");
                 }
             }
@@ -58,8 +64,30 @@ fn start() -> Option<SyncSender<Job>> {
 /// Asks the background thread to prefault `[start, end)` of `map` (which the file must already
 /// cover). Never blocks: with the queue full, the job is dropped.
 pub fn prefault_later(map: MapRef, start: usize, end: usize) {
+    send(Job {
+        map,
+        start,
+        end,
+        read_only: false,
+    });
+}
+
+/// Asks the background thread to read `[start, end)` of `map`'s file into the page cache
+/// ([`WritableMap::read_ahead`](super::WritableMap::read_ahead)). Never blocks, like
+/// [`prefault_later`].
+pub fn read_ahead_later(map: MapRef, start: usize, end: usize) {
+    send(Job {
+        map,
+        start,
+        end,
+        read_only: true,
+    });
+}
+
+/// Queues `job`, or drops it when the queue is full.
+fn send(job: Job) {
     let Some(tx) = queue() else { return };
-    match tx.try_send(Job { map, start, end }) {
+    match tx.try_send(job) {
         Ok(()) | Err(TrySendError::Full(_)) => {}
         Err(TrySendError::Disconnected(_)) => {
             tracing::warn!("the prefault thread stopped: writers fault their own pages");

@@ -294,6 +294,19 @@ impl WritableMap for RealMap {
         Ok(())
     }
 
+    /// MADV_WILLNEED in [`PREFAULT_PIECE`] pieces, in order (clamped to the mapping): the
+    /// kernel reads the range into the page cache (zero-filled where the file has no data)
+    /// without read-around past it.
+    fn read_ahead(&self, start: usize, end: usize) -> io::Result<()> {
+        let end = end.min(self.raw.len());
+        #[cfg(target_os = "linux")]
+        for at in (start..end).step_by(PREFAULT_PIECE) {
+            let len = PREFAULT_PIECE.min(end - at);
+            self.raw.advise_range(memmap2::Advice::WillNeed, at, len)?;
+        }
+        Ok(())
+    }
+
     fn unmap_from(&self, from: usize) -> io::Result<()> {
         match from < self.raw.len() {
             true => self.release(from, self.raw.len()),
@@ -422,5 +435,24 @@ mod tests {
         let read = std::fs::read(&path).unwrap();
         assert!(read[..DIRECT_ALIGN].iter().all(|&b| b == 0));
         assert_eq!(&read[DIRECT_ALIGN..], &*block);
+    }
+
+    #[test]
+    fn reading_a_mapping_ahead_changes_no_byte_and_stops_at_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sparse");
+        let file = RealFs.open(&path, OpenMode::CreateNew).unwrap();
+        let len = 4usize << 20;
+        file.set_len(len as u64).unwrap();
+        let map = file.map_writable(len as u64).unwrap();
+        map.write(RANDOM_HEAD + 5000, b"written").unwrap();
+        // Past the end (clamped), across written, never written and unallocated pages.
+        map.read_ahead(RANDOM_HEAD, 2 * len).unwrap();
+        map.read_ahead(len + 1, 2 * len).unwrap();
+        let view = map.view(len);
+        assert_eq!(&view[RANDOM_HEAD + 5000..RANDOM_HEAD + 5007], b"written");
+        let zeros = view.iter().filter(|&&b| b == 0).count();
+        assert_eq!(zeros, len - 7, "every other byte still reads as zero");
+        assert_eq!(file.len().unwrap(), len as u64, "the file keeps its length");
     }
 }
