@@ -72,7 +72,7 @@ pub const PREFAULT_CHUNK: u64 = 2 << 20;
 pub const PREFAULT_AFTER: u64 = crate::fs::RANDOM_HEAD as u64 / 2;
 
 /// Bytes past the mapping's random head a new segment reads ahead (see
-/// [`SegmentWriter::read_ahead_past_head`]): as far as the prefault thread keeps ahead of a
+/// `SegmentWriter::read_ahead_past_head`): as far as the prefault thread keeps ahead of a
 /// writer at most, so by the time it asks for more the writer is that far behind.
 pub const READ_AHEAD_PAST_HEAD: u64 = PREFAULT_CHUNK;
 
