@@ -306,6 +306,18 @@ mod tests {
             .collect()
     }
 
+    /// `N` states of xorshift words from `seed`.
+    fn arbitrary_states<const N: usize>(mut seed: u64) -> [[u64; N]; 25] {
+        let mut state = [[0u64; N]; 25];
+        for word in state.iter_mut().flatten() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            *word = seed;
+        }
+        state
+    }
+
     /// The AVX2 rounds where the CPU has AVX2 (even with AVX-512VL), else the portable ones.
     #[multiversion::multiversion(targets("x86_64+avx2"))]
     fn permute_avx2_or_portable(state: &mut [[u64; 4]; 25]) {
@@ -331,14 +343,7 @@ mod tests {
 
     #[test]
     fn every_permutation_agrees_on_arbitrary_states() {
-        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut state = [[0u64; 4]; 25];
-        for word in state.iter_mut().flatten() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *word = x;
-        }
+        let state: [[u64; 4]; 25] = arbitrary_states(0x9e37_79b9_7f4a_7c15);
         let (mut a, mut b, mut c) = (state, state, state);
         permute(&mut a);
         permute_portable(&mut b);
@@ -357,14 +362,7 @@ mod tests {
 
     #[test]
     fn eight_lanes_agree_with_two_runs_of_four_on_arbitrary_states() {
-        let mut x = 0x2545_f491_4f6c_dd1d_u64;
-        let mut state = [[0u64; 8]; 25];
-        for word in state.iter_mut().flatten() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *word = x;
-        }
+        let state: [[u64; 8]; 25] = arbitrary_states(0x2545_f491_4f6c_dd1d);
         let (mut a, mut b) = (state, state);
         permute_x8(&mut a);
         permute_halves(&mut b);
