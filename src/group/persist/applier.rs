@@ -4,7 +4,8 @@
 //! (format/GROUP_STATE.md, "Commit protocol and crash argument"): the RocksDB write that follows
 //! is not durable anyway (no WAL; replay restores it from the log), so it need not delay the
 //! command's answer. The engine hands each synced record to this process-wide thread
-//! (`strata-apply`) and takes the command's planned state as its own at once; the next command
+//! (`strata-apply`; the hand-over wakes it only once it has parked for good, see
+//! [`worker::Lingering`]) and takes the command's planned state as its own at once; the next command
 //! plans, writes its payloads and syncs while RocksDB takes the record (a 32 x 1 KiB
 //! `append_batch` spent ~20 us of its thread there).
 //!
@@ -21,10 +22,9 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-use crate::group::worker::{self, lock};
+use crate::group::worker::{self, lock, Lingering};
 use crate::group::GroupError;
 
 /// The work of applying one record (it owns what it needs, the database included).
@@ -82,10 +82,10 @@ impl<T: Send + Sync + 'static> Applier<T> {
             shared: Arc::clone(&self.shared),
         };
         match thread() {
-            Some(sender) => {
-                if let Err(unsent) = sender.send(queued) {
+            Some(queue) => {
+                if let Err(unsent) = queue.push(queued) {
                     tracing::warn!("the apply thread is gone; commit records are applied inline");
-                    unsent.0.run();
+                    unsent.run();
                 }
             }
             None => queued.run(),
@@ -127,6 +127,10 @@ impl<T> Applier<T> {
         let shared = &self.shared;
         if shared.queued.load(Ordering::SeqCst) == 0 {
             return;
+        }
+        // The thread may be lingering on its timer with these jobs queued.
+        if let Some(queue) = thread() {
+            queue.wake();
         }
         // Counted before `queued` is read again: a job that takes `queued` to zero after that
         // read sees the waiter and signals; one that did so before it is seen here.
@@ -178,17 +182,19 @@ impl Queued {
 }
 
 /// The apply thread's queue, started on first use; `None` if the thread could not start.
-fn thread() -> Option<&'static Sender<Queued>> {
-    static THREAD: OnceLock<Option<Sender<Queued>>> = OnceLock::new();
+/// Handing a job over does not wake the thread while it lingers ([`Lingering`]): a command's
+/// record is applied within [`worker::LINGER`], or at once when someone waits for it.
+fn thread() -> Option<&'static Lingering<Queued>> {
+    static THREAD: OnceLock<Option<Arc<Lingering<Queued>>>> = OnceLock::new();
     THREAD
         .get_or_init(|| {
-            worker::start(
+            worker::start_lingering(
                 "strata-apply",
                 "commit records are applied inline",
-                |jobs| jobs.into_iter().for_each(Queued::run),
+                Queued::run,
             )
         })
-        .as_ref()
+        .as_deref()
 }
 
 #[cfg(test)]
