@@ -237,7 +237,7 @@ impl DiskGroupEngine {
             tx.defer_digest(DeferredDigest {
                 id: Arc::clone(&shared_id),
                 start: offset,
-                payload: input.payload.clone(),
+                payload: input.payload,
                 partition,
                 log_offset,
             });
@@ -248,7 +248,7 @@ impl DiskGroupEngine {
         }
         self.save_stream(tx, id);
         tx.state.commit_index += 1;
-        if input.payload.is_empty() {
+        if len == 0 {
             return Ok(AppendOutcome::Closed {
                 next_offset,
                 deduplicated: false,

@@ -58,8 +58,9 @@ pub(crate) struct DeferredDigest {
     pub log_offset: u64,
 }
 
-/// The digests per stream, summed, in the order the streams were first appended to.
-pub(crate) type DigestSums = Vec<(BucketStreamId, setsum::Setsum)>;
+/// The digests per stream, summed, in the order the streams were first appended to (each
+/// stream id shared with its appends).
+pub(crate) type DigestSums = Vec<(Arc<BucketStreamId>, setsum::Setsum)>;
 
 /// The inline appends of one command whose digests are not yet in their rows.
 #[derive(Debug, Default)]
@@ -189,9 +190,11 @@ fn add_per_stream<'a>(
     digests: impl IntoIterator<Item = (&'a DeferredDigest, setsum::Setsum)>,
 ) {
     for (d, digest) in digests {
-        match sums.iter_mut().find(|(id, _)| *id == *d.id) {
+        // A command's appends to one stream share its id: the pointer settles most lookups.
+        let same = |id: &Arc<BucketStreamId>| Arc::ptr_eq(id, &d.id) || **id == *d.id;
+        match sums.iter_mut().find(|(id, _)| same(id)) {
             Some((_, sum)) => *sum += digest,
-            None => sums.push(((*d.id).clone(), digest)),
+            None => sums.push((Arc::clone(&d.id), digest)),
         }
     }
 }
@@ -520,7 +523,7 @@ mod tests {
         .compute();
         let a = inline_digest(&items[0].id, 0, &items[0].payload)
             + inline_digest(&items[2].id, 5000, &items[2].payload);
-        assert_eq!(inline[0], ((*items[0].id).clone(), a));
+        assert_eq!(inline[0], (Arc::clone(&items[0].id), a));
         assert_eq!(inline.len(), 2);
         let job = deferred.start().unwrap();
         assert_eq!(job.wait(), inline);

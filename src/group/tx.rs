@@ -151,7 +151,7 @@ impl Tx {
         self.add_digests(&sums);
         self.writes.reserve_rows(sums.len());
         for (id, _) in &sums {
-            if let Some(row) = self.state.streams.get(id) {
+            if let Some(row) = self.state.streams.get(&**id) {
                 self.writes.put_stream(id, row);
             }
         }
