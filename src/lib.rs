@@ -39,6 +39,7 @@
 
 #[macro_use]
 mod setters;
+mod background;
 
 pub mod blocking;
 pub mod cold;

@@ -42,6 +42,7 @@ fn start() -> Option<SyncSender<Job>> {
     let spawned = std::thread::Builder::new()
         .name("strata-prefault".into())
         .spawn(move || {
+            crate::background::lower_current_thread(crate::background::AHEAD_OF_CALLERS);
             while let Ok(job) = rx.recv() {
                 let done = match job.read_only {
                     true => job.map.read_ahead(job.start, job.end),
