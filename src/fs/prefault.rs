@@ -95,3 +95,36 @@ fn send(job: Job) {
         }
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    /// The nice value of this process's thread named `name`, if there is one (field 19 of
+    /// `/proc/self/task/<tid>/stat`; the fields after the name's closing parenthesis).
+    fn nice_of(name: &str) -> Option<i32> {
+        let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+        tasks.flatten().find_map(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let (head, fields) = stat.rsplit_once(')')?;
+            if !head.ends_with(&format!("({name}")) {
+                return None;
+            }
+            fields.split_whitespace().nth(16)?.parse().ok()
+        })
+    }
+
+    #[test]
+    fn the_prefault_thread_runs_at_the_lowest_priority() {
+        assert!(super::queue().is_some(), "a prefault thread");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while nice_of("strata-prefault") != Some(crate::background::AHEAD_OF_CALLERS) {
+            assert!(
+                Instant::now() < deadline,
+                "the thread kept nice {:?}",
+                nice_of("strata-prefault")
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
