@@ -2,11 +2,12 @@
 //!
 //! A thread such as the prefaulter works ahead of the writers: nothing waits for it, and if it
 //! falls behind the writers do its work themselves. At the default priority it competed with
-//! the threads it serves: on 2 CPUs the prefault thread woke, preempted a group command's
-//! thread on its CPU and kept it waiting 2.5-4.3 ms (the command runnable, the other CPU idle)
-//! while it populated pages (perf sched_switch, fresh-store `append_batch` commands). Such a
-//! thread lowers its own priority ([`lower_current_thread`]), so it runs in the time its
-//! callers leave over.
+//! the threads it serves as an equal: on 2 CPUs perf sched_switch showed the prefault thread
+//! preempting a group command's thread. Such a thread lowers its own priority
+//! ([`lower_current_thread`]), so it runs in the time its callers leave over. (On a kernel
+//! without preemption, as this machine's (`preempt=none`), no priority preempts a thread inside
+//! a long system call or fault: a command that wakes on the prefaulter's CPU still waits for the
+//! fault's next reschedule point; the idle scheduling class measured no better.)
 
 /// Nice value of a thread whose work only saves time later (the lowest priority, 19).
 pub(crate) const AHEAD_OF_CALLERS: i32 = 19;
