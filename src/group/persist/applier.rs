@@ -5,8 +5,8 @@
 //! is not durable anyway (no WAL; replay restores it from the log), so it need not delay the
 //! command's answer. The engine hands each synced record to this process-wide thread
 //! (`strata-apply`; the hand-over wakes it only once it has parked for good, see
-//! [`worker::Lingering`]) and takes the command's planned state as its own at once; the next command
-//! plans, writes its payloads and syncs while RocksDB takes the record (a 32 x 1 KiB
+//! [`worker::Lingering`]) and takes the command's planned state as its own at once; the next
+//! command plans, writes its payloads and syncs while RocksDB takes the record (a 32 x 1 KiB
 //! `append_batch` spent ~20 us of its thread there).
 //!
 //! The applier owns the database it applies to: the only way to reach it is
