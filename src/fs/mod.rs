@@ -38,7 +38,7 @@ pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use no_sync::NoSyncFs;
 pub use prefault::{prefault_later, read_ahead_later};
-pub use real::{prefetch, RealFs, RealMap, RANDOM_HEAD};
+pub use real::{prefetch, prefetch_at, RealFs, RealMap, RANDOM_HEAD};
 pub use sync_gate::{GateState, SyncGate};
 
 /// A shared file system handle.

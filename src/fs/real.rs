@@ -149,17 +149,22 @@ pub(super) fn map_real(file: &File) -> io::Result<Bytes> {
 /// memory miss of a page they will reach soon.
 #[inline]
 pub fn prefetch(byte: &u8) {
+    prefetch_at(std::ptr::from_ref(byte));
+}
+
+/// [`prefetch`] of any address, mapped or not, inside an allocation or past it: the hint is
+/// dropped where there is no memory to fetch.
+#[inline]
+pub fn prefetch_at(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 is a hint: it never faults, reads no value into the program and
-    // changes no memory; the address comes from a live reference anyway. SSE (which holds the
-    // instruction) is part of the x86_64 baseline.
+    // SAFETY: PREFETCHT0 is a hint: it never faults (an address with no mapping or no page is
+    // ignored), reads no value into the program and changes no memory, so no address makes it
+    // unsound. SSE (which holds the instruction) is part of the x86_64 baseline.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            std::ptr::from_ref(byte).cast(),
-        );
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast());
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = byte;
+    let _ = at;
 }
 
 /// Bytes at the start of a writable mapping that are faulted in one page at a time, without

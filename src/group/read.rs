@@ -13,6 +13,7 @@ use super::records;
 use super::rows::{MessageRow, StreamRow};
 use super::state::{is_closed, is_expired, GroupState};
 use super::{not_found, stream_error, DiskGroupEngine, GroupError};
+use crate::segment::CopyAhead;
 
 /// Largest read a single call serves (bounds memory; callers page with `next_offset`).
 pub const MAX_READ_BYTES: usize = 64 << 20;
@@ -252,6 +253,7 @@ impl DiskGroupEngine {
             return Err(missing_segment(id, to));
         };
         let (low, high) = (first.1.log_offset as i64, last.1.log_offset as i64 + 1);
+        let mut ahead = CopyAhead::new();
         let mut visit = |record: crate::segment::RecordRef<'_>| -> Result<(), GroupError> {
             let Some(&&(start, message)) = wanted.peek() else {
                 return Ok(());
@@ -265,6 +267,7 @@ impl DiskGroupEngine {
                 return Ok(());
             }
             let value = check_payload(id, row, &key, start, &message, &record)?;
+            ahead.past(value);
             let lo = (cursor - start) as usize;
             let hi = (to.min(message.end_offset) - start) as usize;
             out.extend_from_slice(&value[lo..hi]);

@@ -3,6 +3,7 @@
 //! `format/INDEX.md`.
 
 pub mod codec;
+pub mod copy_ahead;
 pub mod detached_sync;
 pub mod error;
 pub mod header;
@@ -19,6 +20,7 @@ pub use codec::{
     encode_batch, encode_unsealed, seal_batch, visit_checked, BatchHeader, BodyCrc, Compression,
     BATCH_HEADER_LEN, BATCH_HEADER_LEN_V1, MAX_BATCH_LEN, MAX_RECORDS_LEN, SYNCED_LEN_UNKNOWN,
 };
+pub use copy_ahead::CopyAhead;
 pub use detached_sync::DetachedSync;
 pub use error::{DecodeError, EncodeError};
 pub use header::{
