@@ -438,6 +438,30 @@ impl DiskGroupEngine {
                 )
                 .await
             }
+            None if self.accepts_run(
+                &tx.state,
+                &id,
+                &request.content_type,
+                &request.payloads,
+                request.now_ms,
+            ) =>
+            {
+                if admission.max_hot_bytes_per_group.is_some() {
+                    let incoming = request.payloads.iter().map(|p| p.len() as u64).sum();
+                    self.check_admission(&tx.state, &id, admission, incoming)?;
+                }
+                let shared_id = Arc::new(id.clone());
+                let items = self
+                    .append_run(
+                        &mut tx,
+                        &shared_id,
+                        request.payloads,
+                        request.now_ms,
+                        placement,
+                    )
+                    .await?;
+                Ok(GroupAppendBatchResponse { placement, items })
+            }
             None => {
                 let incoming: u64 = request.payloads.iter().map(|p| p.len() as u64).sum();
                 let mutates = request.payloads.iter().any(|p| !p.is_empty());
@@ -521,14 +545,30 @@ impl DiskGroupEngine {
             items.push(item);
         }
         if !payloads.is_empty() {
-            tx.start_digests_early();
-            let offsets = self
-                .payloads
-                .append(id, partition, &payloads, now_ms)
+            self.write_batch_payloads(tx, id, partition, first, &payloads, now_ms)
                 .await?;
-            PayloadLog::check_planned(first, offsets.first().copied())?;
         }
         Ok(items)
+    }
+
+    /// Writes the payloads of appends planned into `tx` at offsets from `first` on (the engine
+    /// is the payload log's only writer), starting their deferred digests first.
+    pub(crate) async fn write_batch_payloads(
+        &self,
+        tx: &mut Tx,
+        id: &BucketStreamId,
+        partition: u32,
+        first: u64,
+        payloads: &[Bytes],
+        now_ms: u64,
+    ) -> Result<(), GroupEngineError> {
+        tx.start_digests_early();
+        let offsets = self
+            .payloads
+            .append(id, partition, payloads, now_ms)
+            .await?;
+        PayloadLog::check_planned(first, offsets.first().copied())?;
+        Ok(())
     }
 
     /// True when a producer-less batch would append at least one item (the stream accepts data).

@@ -44,6 +44,7 @@
 //! ```
 
 mod append;
+mod append_run;
 mod checkpoint;
 mod cold_tier;
 mod deferred_digests;

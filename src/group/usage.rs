@@ -12,6 +12,18 @@ use super::{stream_error, DiskGroupEngine};
 /// One write unit of usage accounting.
 const WRITE_UNIT_BYTES: u64 = 10 * 1024;
 
+/// Write units an append of `bytes` costs: one per started [`WRITE_UNIT_BYTES`], at least one.
+fn write_units(bytes: u64) -> u64 {
+    bytes.div_ceil(WRITE_UNIT_BYTES).max(1)
+}
+
+/// What accepted appends add to their bucket's usage.
+struct Appended {
+    bytes: u64,
+    records: u64,
+    write_units: u64,
+}
+
 impl DiskGroupEngine {
     /// Checks a new stream against the bucket's quota.
     pub(crate) fn check_create_quota(
@@ -71,6 +83,25 @@ impl DiskGroupEngine {
         records: u64,
         created: bool,
     ) {
+        let appended = Appended {
+            bytes,
+            records,
+            write_units: write_units(bytes),
+        };
+        self.add_usage(tx, bucket, appended, created);
+    }
+
+    /// Counts accepted appends of `lens` bytes each (one record each) in the usage, at once.
+    pub(crate) fn usage_on_appends(&self, tx: &mut Tx, bucket: &str, lens: &[u64]) {
+        let appended = Appended {
+            bytes: lens.iter().sum(),
+            records: lens.len() as u64,
+            write_units: lens.iter().map(|&len| write_units(len)).sum(),
+        };
+        self.add_usage(tx, bucket, appended, false);
+    }
+
+    fn add_usage(&self, tx: &mut Tx, bucket: &str, appended: Appended, created: bool) {
         // One lookup when the bucket has a row (every append after its first stream's).
         let usage = match tx.state.usage.get_mut(bucket) {
             Some(usage) => usage,
@@ -79,11 +110,14 @@ impl DiskGroupEngine {
         if created {
             usage.stream_count = usage.stream_count.saturating_add(1);
         }
+        let Appended {
+            bytes,
+            records,
+            write_units,
+        } = appended;
         usage.committed_append_bytes = usage.committed_append_bytes.saturating_add(bytes);
         usage.committed_records = usage.committed_records.saturating_add(records);
-        usage.committed_write_units = usage
-            .committed_write_units
-            .saturating_add(bytes.div_ceil(WRITE_UNIT_BYTES).max(1));
+        usage.committed_write_units = usage.committed_write_units.saturating_add(write_units);
         usage.retained_bytes = usage.retained_bytes.saturating_add(bytes);
         self.save_usage(tx, bucket);
     }
