@@ -1,6 +1,6 @@
-//! The common `append_batch` as one run: producer-less, every payload non-empty, to a live
-//! stream without record coordinates, whose content type it matches, within its bucket's
-//! retained-bytes quota. Each of its appends would pass every check of
+//! The common `append_batch` as one run: producer-less, not empty, every payload non-empty, to
+//! a live stream without record coordinates, whose content type it matches, within its
+//! bucket's retained-bytes quota. Each of its appends would pass every check of
 //! [`DiskGroupEngine::plan_append`] (none of them depends on the appends before it, and the
 //! quota holds for all of them once it holds for their sum), so the run is checked once and
 //! applied in one pass over the stream's row and the bucket's usage, with the answers each
@@ -40,7 +40,11 @@ impl DiskGroupEngine {
         payloads: &[Bytes],
         now_ms: u64,
     ) -> bool {
-        if payloads.iter().any(Bytes::is_empty) || self.validate_scope(state, id).is_err() {
+        // An empty batch changes nothing (no TTL renewal, no usage row), so it is not a run.
+        if payloads.is_empty()
+            || payloads.iter().any(Bytes::is_empty)
+            || self.validate_scope(state, id).is_err()
+        {
             return false;
         }
         let Some(row) = state.streams.get(id) else {
@@ -68,6 +72,7 @@ impl DiskGroupEngine {
         now_ms: u64,
         placement: ShardPlacement,
     ) -> Result<Vec<Result<AppendResponse, GroupEngineError>>, GroupEngineError> {
+        debug_assert!(!payloads.is_empty(), "an accepted run has payloads");
         let partition = tx.state.streams.get(&**id).map_or(0, |r| r.partition);
         let first = self.payloads.next_offset(partition)?;
         tx.reserve_appends(id, payloads.len());

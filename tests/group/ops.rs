@@ -167,13 +167,14 @@ fn command(rng: &mut Rng, ids: &[BucketStreamId], step: usize, s: Step) -> Op {
         0 | 1 | 12 if op != 12 || rng.below(2) == 0 => create(rng, &s),
         2..=5 | 26..=31 => append(rng, &s),
         6 => {
-            let mut payloads = if rng.below(3) == 0 {
-                vec![s.payload.clone(), Bytes::new(), s.small.clone()]
-            } else {
-                vec![s.payload.clone(), s.small.clone()]
+            let mut payloads = match rng.below(6) {
+                0 | 1 => vec![s.payload.clone(), Bytes::new(), s.small.clone()],
+                // An empty batch appends nothing and changes nothing.
+                2 => Vec::new(),
+                _ => vec![s.payload.clone(), s.small.clone()],
             };
             // Batches of 8 KiB and more hash their integrity digests beside the commit's sync.
-            if rng.below(3) == 0 {
+            if !payloads.is_empty() && rng.below(3) == 0 {
                 let copies = (8 << 10) / s.payload.len() + 1;
                 payloads.push(Bytes::from(s.payload.repeat(copies)));
             }
