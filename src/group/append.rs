@@ -301,7 +301,7 @@ impl DiskGroupEngine {
                 .append(
                     &id,
                     partition,
-                    std::slice::from_ref(&plan.input.payload),
+                    std::iter::once(plan.input.payload.clone()),
                     plan.input.now_ms,
                 )
                 .await?;
@@ -545,7 +545,7 @@ impl DiskGroupEngine {
             items.push(item);
         }
         if !payloads.is_empty() {
-            self.write_batch_payloads(tx, id, partition, first, &payloads, now_ms)
+            self.write_batch_payloads(tx, id, partition, first, payloads, now_ms)
                 .await?;
         }
         Ok(items)
@@ -559,7 +559,7 @@ impl DiskGroupEngine {
         id: &BucketStreamId,
         partition: u32,
         first: u64,
-        payloads: &[Bytes],
+        payloads: Vec<Bytes>,
         now_ms: u64,
     ) -> Result<(), GroupEngineError> {
         tx.start_digests_early();
@@ -676,7 +676,7 @@ impl DiskGroupEngine {
         let partition = row.partition;
         let log_offsets = self
             .payloads
-            .append(id, partition, &payloads, now_ms)
+            .append(id, partition, payloads.iter().cloned(), now_ms)
             .await?;
         let mut row = tx.state.streams.get_mut(id).ok_or_else(|| not_found(id))?;
         let mut messages = Vec::with_capacity(payloads.len());

@@ -77,7 +77,7 @@ impl DiskGroupEngine {
         let first = self.payloads.next_offset(partition)?;
         tx.reserve_appends(id, payloads.len());
         let (answers, payloads) = self.apply_run(tx, id, payloads, first, now_ms, placement)?;
-        self.write_batch_payloads(tx, id, partition, first, &payloads, now_ms)
+        self.write_batch_payloads(tx, id, partition, first, payloads, now_ms)
             .await?;
         Ok(answers)
     }
@@ -133,8 +133,8 @@ impl DiskGroupEngine {
         drop(row);
         tx.state.commit_index = commit_index;
         tx.mark_stream(id);
-        let lens: Vec<u64> = payloads.iter().map(|p| p.len() as u64).collect();
-        self.usage_on_appends(tx, &id.bucket_id, &lens);
+        let lens = payloads.iter().map(|p| p.len() as u64);
+        self.usage_on_appends(tx, &id.bucket_id, lens);
         for ((start, message), payload) in messages.into_iter().zip(&payloads) {
             let log_offset = message.log_offset;
             tx.put_message(id, partition, start, message);

@@ -164,11 +164,9 @@ const CLAIM: usize = 8;
 
 /// The record digests of `items`, in order, hashed eight or four at a time.
 fn digests_of(items: &[DeferredDigest]) -> Vec<setsum::Setsum> {
-    let appends: Vec<InlineAppend<'_>> = items
-        .iter()
-        .map(|d| (&*d.id, d.start, d.payload.as_ref()))
-        .collect();
-    inline_digests(&appends)
+    inline_digests(items, |d| -> InlineAppend<'_> {
+        (&*d.id, d.start, d.payload.as_ref())
+    })
 }
 
 /// The record digest of one append.

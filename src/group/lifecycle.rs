@@ -524,7 +524,7 @@ impl DiskGroupEngine {
                 .append(
                     &id,
                     partition,
-                    std::slice::from_ref(&initial),
+                    std::iter::once(initial.clone()),
                     request.now_ms,
                 )
                 .await?

@@ -92,12 +92,22 @@ impl DiskGroupEngine {
     }
 
     /// Counts accepted appends of `lens` bytes each (one record each) in the usage, at once.
-    pub(crate) fn usage_on_appends(&self, tx: &mut Tx, bucket: &str, lens: &[u64]) {
-        let appended = Appended {
-            bytes: lens.iter().sum(),
-            records: lens.len() as u64,
-            write_units: lens.iter().map(|&len| write_units(len)).sum(),
+    pub(crate) fn usage_on_appends(
+        &self,
+        tx: &mut Tx,
+        bucket: &str,
+        lens: impl IntoIterator<Item = u64>,
+    ) {
+        let mut appended = Appended {
+            bytes: 0,
+            records: 0,
+            write_units: 0,
         };
+        for len in lens {
+            appended.bytes += len;
+            appended.records += 1;
+            appended.write_units += write_units(len);
+        }
         self.add_usage(tx, bucket, appended, false);
     }
 

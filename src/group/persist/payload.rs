@@ -55,13 +55,15 @@ impl PayloadLog {
         &self,
         id: &BucketStreamId,
         partition: u32,
-        payloads: &[Bytes],
+        payloads: impl IntoIterator<Item = Bytes, IntoIter: ExactSizeIterator>,
         now_ms: u64,
     ) -> Result<Vec<u64>, GroupError> {
-        if payloads.is_empty() {
+        let payloads = payloads.into_iter();
+        if payloads.len() == 0 {
             return Ok(Vec::new());
         }
-        let records = records_of(id, payloads.iter().cloned(), now_ms);
+        let count = payloads.len() as u64;
+        let records = records_of(id, payloads, now_ms);
         let ranges = self
             .log
             .append_many_unsynced(vec![(partition, records)])
@@ -69,9 +71,7 @@ impl PayloadLog {
         let (first, _) = ranges
             .first()
             .ok_or_else(|| GroupError::Corrupt("payload append lost a range".into()))?;
-        Ok((0..payloads.len() as u64)
-            .map(|i| *first as u64 + i)
-            .collect())
+        Ok((0..count).map(|i| *first as u64 + i).collect())
     }
 
     /// Writes payloads of several streams (durable with the command's commit record); offsets

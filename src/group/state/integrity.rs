@@ -81,38 +81,48 @@ fn record_digest(
 /// offsets (little-endian) and the kind.
 fn record_head(id: &BucketStreamId, start: u64, end: u64, kind: &[u8]) -> Vec<u8> {
     let mut head = Vec::with_capacity(64);
+    push_record_head(&mut head, id, start, end, kind);
+    head
+}
+
+/// Appends [`record_head`]'s bytes to `out`.
+fn push_record_head(out: &mut Vec<u8>, id: &BucketStreamId, start: u64, end: u64, kind: &[u8]) {
     match &id.affinity_key {
         Some(affinity) => {
-            head.extend_from_slice(b"ursula-stream-record-v2");
+            out.extend_from_slice(b"ursula-stream-record-v2");
             for part in [&id.bucket_id, affinity, &id.stream_id] {
-                head.extend_from_slice(part.as_bytes());
-                head.push(0);
+                out.extend_from_slice(part.as_bytes());
+                out.push(0);
             }
         }
         None => {
-            head.extend_from_slice(b"ursula-stream-record-v1");
+            out.extend_from_slice(b"ursula-stream-record-v1");
             for part in [&id.bucket_id, &id.stream_id] {
-                head.extend_from_slice(part.as_bytes());
-                head.push(0);
+                out.extend_from_slice(part.as_bytes());
+                out.push(0);
             }
         }
     }
-    head.extend_from_slice(&start.to_le_bytes());
-    head.extend_from_slice(&end.to_le_bytes());
-    head.extend_from_slice(kind);
-    head
+    out.extend_from_slice(&start.to_le_bytes());
+    out.extend_from_slice(&end.to_le_bytes());
+    out.extend_from_slice(kind);
 }
 
 /// One inline append to digest: its stream, the stream offset of its first byte, its bytes.
 pub(crate) type InlineAppend<'a> = (&'a BucketStreamId, u64, &'a [u8]);
 
-/// The record digest of each inline append (as [`inline_digest`] gives), eight or four at a time
-/// ([`super::sha3_lanes`]: four at once about 3x faster than one by one here, eight about 1.4x
-/// four where the CPU has AVX-512F); a lone append is hashed alone.
-pub(crate) fn inline_digests(appends: &[InlineAppend<'_>]) -> Vec<setsum::Setsum> {
+/// The record digest of each of `items`' inline appends (`append` says what each is), as
+/// [`inline_digest`] gives, eight or four at a time ([`super::sha3_lanes`]: four at once about
+/// 3x faster than one by one here, eight about 1.4x four where the CPU has AVX-512F); a lone
+/// append is hashed alone. Two allocations in all: the answer and one buffer for the heads.
+pub(crate) fn inline_digests<'a, T>(
+    items: &'a [T],
+    append: impl Fn(&'a T) -> InlineAppend<'a>,
+) -> Vec<setsum::Setsum> {
     let eight = eight_lanes();
-    let mut out = Vec::with_capacity(appends.len());
-    let mut rest = appends;
+    let mut out = Vec::with_capacity(items.len());
+    let mut heads = Vec::new();
+    let mut rest = items;
     while !rest.is_empty() {
         let take = match rest.len() {
             n if eight && n > 4 => n.min(8),
@@ -121,42 +131,49 @@ pub(crate) fn inline_digests(appends: &[InlineAppend<'_>]) -> Vec<setsum::Setsum
         let (chunk, tail) = rest.split_at(take);
         rest = tail;
         match chunk {
-            [(id, start, payload)] => out.push(inline_digest(id, *start, payload)),
-            _ if take > 4 => out.extend(lane_digests(chunk, sha3_256_x8)),
-            _ => out.extend(lane_digests(chunk, sha3_256_x4)),
+            [one] => {
+                let (id, start, payload) = append(one);
+                out.push(inline_digest(id, start, payload));
+            }
+            _ if take > 4 => lane_digests(chunk, &append, &mut heads, sha3_256_x8, &mut out),
+            _ => lane_digests(chunk, &append, &mut heads, sha3_256_x4, &mut out),
         }
     }
     out
 }
 
-/// The record digests of `chunk` (at most `N` appends) hashed side by side by `hash`.
-fn lane_digests<const N: usize>(
-    chunk: &[InlineAppend<'_>],
+/// Pushes the record digests of `chunk` (at most `N` appends) hashed side by side by `hash`
+/// onto `out`; `heads` is scratch space for their heads.
+fn lane_digests<'a, T, const N: usize>(
+    chunk: &'a [T],
+    append: &impl Fn(&'a T) -> InlineAppend<'a>,
+    heads: &mut Vec<u8>,
     hash: fn([Message<'_>; N]) -> [[u8; 32]; N],
-) -> Vec<setsum::Setsum> {
+    out: &mut Vec<setsum::Setsum>,
+) {
     debug_assert!(chunk.len() <= N);
-    let heads: Vec<Vec<u8>> = chunk
-        .iter()
-        .map(|(id, start, payload)| {
-            record_head(id, *start, *start + payload.len() as u64, b"inline")
-        })
-        .collect();
-    let messages: [Message<'_>; N] = std::array::from_fn(|i| match (chunk.get(i), heads.get(i)) {
-        (Some((_, _, payload)), Some(head)) => [head.as_slice(), payload],
-        _ => [&[][..], &[][..]],
+    let appends: [Option<InlineAppend<'a>>; N] = std::array::from_fn(|i| chunk.get(i).map(append));
+    heads.clear();
+    let mut ends = [0usize; N];
+    for (end, (id, start, payload)) in ends.iter_mut().zip(appends.iter().flatten()) {
+        push_record_head(heads, id, *start, *start + payload.len() as u64, b"inline");
+        *end = heads.len();
+    }
+    let messages: [Message<'_>; N] = std::array::from_fn(|i| match &appends[i] {
+        Some((_, _, payload)) => {
+            let begin = if i == 0 { 0 } else { ends[i - 1] };
+            [&heads[begin..ends[i]], *payload]
+        }
+        None => [&[][..], &[][..]],
     });
     let hashes = hash(messages);
-    chunk
-        .iter()
-        .zip(hashes)
-        .map(|((_, _, payload), hash)| {
-            if payload.is_empty() {
-                setsum::Setsum::default()
-            } else {
-                setsum_of_hash(hash)
-            }
-        })
-        .collect()
+    for ((_, _, payload), hash) in appends.iter().flatten().zip(hashes) {
+        out.push(if payload.is_empty() {
+            setsum::Setsum::default()
+        } else {
+            setsum_of_hash(hash)
+        });
+    }
 }
 
 /// The columns' primes of setsum 0.8 (each column of a digest is reduced below its prime).
@@ -203,13 +220,16 @@ mod tests {
             })
             .collect();
         for n in 0..=appends.len() {
-            let batched = inline_digests(&appends[..n]);
+            let batched = inline_digests(&appends[..n], |a| *a);
             let single: Vec<setsum::Setsum> = appends[..n]
                 .iter()
                 .map(|(id, start, payload)| inline_digest(id, *start, payload))
                 .collect();
             assert_eq!(batched, single, "{n} appends");
         }
-        assert_eq!(inline_digests(&appends[..1])[0], setsum::Setsum::default());
+        assert_eq!(
+            inline_digests(&appends[..1], |a| *a)[0],
+            setsum::Setsum::default()
+        );
     }
 }
