@@ -18,6 +18,7 @@ fn write_units(bytes: u64) -> u64 {
 }
 
 /// What accepted appends add to their bucket's usage.
+#[derive(Default)]
 struct Appended {
     bytes: u64,
     records: u64,
@@ -98,11 +99,7 @@ impl DiskGroupEngine {
         bucket: &str,
         lens: impl IntoIterator<Item = u64>,
     ) {
-        let mut appended = Appended {
-            bytes: 0,
-            records: 0,
-            write_units: 0,
-        };
+        let mut appended = Appended::default();
         for len in lens {
             appended.bytes += len;
             appended.records += 1;

@@ -154,16 +154,15 @@ fn lane_digests<'a, T, const N: usize>(
     debug_assert!(chunk.len() <= N);
     let appends: [Option<InlineAppend<'a>>; N] = std::array::from_fn(|i| chunk.get(i).map(append));
     heads.clear();
-    let mut ends = [0usize; N];
-    for (end, (id, start, payload)) in ends.iter_mut().zip(appends.iter().flatten()) {
+    // Where each append's head lies in `heads`.
+    let mut spans = [(0usize, 0usize); N];
+    for (span, (id, start, payload)) in spans.iter_mut().zip(appends.iter().flatten()) {
+        let from = heads.len();
         push_record_head(heads, id, *start, *start + payload.len() as u64, b"inline");
-        *end = heads.len();
+        *span = (from, heads.len());
     }
     let messages: [Message<'_>; N] = std::array::from_fn(|i| match &appends[i] {
-        Some((_, _, payload)) => {
-            let begin = if i == 0 { 0 } else { ends[i - 1] };
-            [&heads[begin..ends[i]], *payload]
-        }
+        Some((_, _, payload)) => [&heads[spans[i].0..spans[i].1], *payload],
         None => [&[][..], &[][..]],
     });
     let hashes = hash(messages);
