@@ -247,13 +247,26 @@ async fn concurrent_sync_appends_share_fdatasyncs() {
 }
 
 /// Blocking threads and async tasks wait in the same group commit (a round's leader may lead
-/// several rounds back to back, and wakes threads through a relay): every acknowledged append
-/// must be readable at the offset it was given, and rounds must be shared.
+/// several rounds back to back, and wakes threads through a relay; threads yield before they
+/// queue): every acknowledged append must be readable at the offset it was given, and rounds
+/// must be shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_and_tasks_sharing_rounds_each_find_their_record_at_its_offset() {
+    share_rounds(LogOptions::default()).await;
+}
+
+/// The same with threads that park at once (no yielding: every wait goes through the queue
+/// and the relay) and with threads that yield for as long as the option allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_that_park_at_once_or_yield_long_share_rounds_too() {
+    share_rounds(LogOptions::default().with_commit_yield(Duration::ZERO)).await;
+    share_rounds(LogOptions::default().with_commit_yield(Duration::from_millis(10))).await;
+}
+
+async fn share_rounds(options: LogOptions) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let log = store.open_log("l", 3, LogOptions::default()).unwrap();
+    let log = store.open_log("l", 3, options).unwrap();
     let before = log.sync_rounds();
     let threads: Vec<_> = (0..12u32)
         .map(|w| {
@@ -1012,6 +1025,10 @@ fn every_out_of_range_option_is_refused_at_open_naming_the_option() {
         (d().with_max_group_commit(0), "max_group_commit"),
         (d().with_journal_bytes(1), "journal_bytes"),
         (d().with_max_unsynced_bytes(1 << 40), "max_unsynced_bytes"),
+        (
+            d().with_commit_yield(Duration::from_millis(11)),
+            "commit_yield",
+        ),
         (
             d().with_durability(strata::Durability::Interval(Duration::ZERO)),
             "durability",
