@@ -108,8 +108,8 @@ pub struct LogOptions {
     pub max_unsynced_bytes: u64,
     /// How long a thread waiting for a running group-commit round of a Sync log yields its CPU
     /// (`sched_yield`) and checks again before it parks: a thread that never parked needs no
-    /// wake, which on a small machine costs more than the yields (64 writers here: 1.3-1.7x the
-    /// appends per second). Burns up to this much CPU per waiting append on an idle machine; zero
+    /// wake, which on a small machine costs more than the yields (64 writers on 2 vCPUs: 1.1-1.5x
+    /// the appends per second). Burns up to this much CPU per waiting append on an idle machine; zero
     /// parks at once. Async appenders never yield. Default 500 us; 0 ..= 10 ms.
     pub commit_yield: Duration,
 }
