@@ -252,23 +252,28 @@ async fn concurrent_sync_appends_share_fdatasyncs() {
 /// must be shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_and_tasks_sharing_rounds_each_find_their_record_at_its_offset() {
-    share_rounds(LogOptions::default()).await;
+    share_rounds(LogOptions::default(), 12).await;
 }
 
 /// The same with threads that park at once (no yielding: every wait goes through the queue
-/// and the relay) and with threads that yield for as long as the option allows.
+/// and the relay), and with enough threads that waiters yield (8 per CPU must wait), for as
+/// long as the option allows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_that_park_at_once_or_yield_long_share_rounds_too() {
-    share_rounds(LogOptions::default().with_commit_yield(Duration::ZERO)).await;
-    share_rounds(LogOptions::default().with_commit_yield(Duration::from_millis(10))).await;
+    share_rounds(LogOptions::default().with_commit_yield(Duration::ZERO), 12).await;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let yielding = LogOptions::default().with_commit_yield(Duration::from_millis(10));
+    share_rounds(yielding, 8 * cpus + 8).await;
 }
 
-async fn share_rounds(options: LogOptions) {
+/// `threads` blocking threads and 12 tasks append 40 records each to a log of 3 partitions.
+async fn share_rounds(options: LogOptions, threads: u32) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let log = store.open_log("l", 3, options).unwrap();
     let before = log.sync_rounds();
-    let threads: Vec<_> = (0..12u32)
+    let appends = (threads as usize + 12) * 40;
+    let threads: Vec<_> = (0..threads)
         .map(|w| {
             let log = log.clone();
             std::thread::spawn(move || {
@@ -304,9 +309,12 @@ async fn share_rounds(options: LogOptions) {
         acked.extend(t.join().unwrap());
     }
     let rounds = log.sync_rounds() - before;
-    assert!(rounds < 960, "960 appends took {rounds} rounds");
+    assert!(
+        (rounds as usize) < appends,
+        "{appends} appends took {rounds} rounds"
+    );
     let records: Vec<Vec<Record>> = (0..3).map(|p| read_all(&log, p)).collect();
-    assert_eq!(records.iter().map(Vec::len).sum::<usize>(), 960);
+    assert_eq!(records.iter().map(Vec::len).sum::<usize>(), appends);
     for (partition, offset, text) in acked {
         let record = &records[partition as usize][offset as usize];
         assert_eq!(record.offset, offset);

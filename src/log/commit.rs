@@ -24,11 +24,13 @@
 //!
 //! Cheaper still is no wake at all: before it queues, a thread that finds a round running
 //! yields its CPU and checks again, for up to `LogOptions::commit_yield` (as RocksDB's write
-//! group does). On a 2-vCPU virtual machine the futex wakes' cross-CPU interrupts took 15% of
-//! all CPU and the woken threads' context switches 13%; yielding instead took 64 writers of
-//! 1 KiB from 75-96k to 98-107k appends/s, of 100 B from 112k to 148-166k.
+//! group does), provided at least [`YIELD_WAITERS_PER_CPU`] threads per CPU are waiting: then
+//! the CPUs have more threads than they can run, and a yield hands the CPU to a thread with
+//! work rather than spinning. On a 2-vCPU virtual machine the futex wakes' cross-CPU interrupts
+//! took 15% of all CPU and the woken threads' context switches 13%; yielding instead took 64
+//! writers of 1 KiB from 75-96k to 98-107k appends/s, of 100 B from 112k to 148-166k.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::thread::Thread;
@@ -76,6 +78,13 @@ const RELAY_FANOUT: usize = 2;
 /// 100 B), 4 146-149k, 8 and 64 137-142k.
 const CHAIN_LIMIT: usize = 4;
 
+/// Threads per CPU that must be waiting before a waiter yields rather than queues. Measured on
+/// 2 vCPUs (1 KiB appends, every waiter yielding against none): 2 writers made 14% fewer
+/// appends/s at 3.4-3.6x the CPU per append, 4 writers 5-7% more at 3.1-3.2x, 8 writers 12-25%
+/// more at 2.4-2.5x, 16 writers -13% to +31% (noise) at 1.6-2.2x, 64 writers 18-29% more at
+/// 1.2x. With this bound (16 waiters here) 8 writers park as before and 64 keep the gain.
+const YIELD_WAITERS_PER_CPU: usize = 8;
+
 /// Longest a waiting thread stays parked before it looks at the durable position again.
 const PARK_LIMIT: Duration = Duration::from_millis(10);
 
@@ -89,6 +98,26 @@ pub(crate) struct GroupCommit {
     synced: AtomicU64,
     /// `state.syncing`, readable without the lock.
     running: AtomicBool,
+    /// Threads in [`Self::wait`] now.
+    waiting: AtomicUsize,
+    /// Threads in [`Self::wait`] from which on a waiter yields before it queues.
+    yield_waiters: usize,
+}
+
+/// Counts a thread in [`GroupCommit::wait`] while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What a waiter should do next.
@@ -108,6 +137,9 @@ impl GroupCommit {
             }),
             synced: AtomicU64::new(synced),
             running: AtomicBool::new(false),
+            waiting: AtomicUsize::new(0),
+            yield_waiters: YIELD_WAITERS_PER_CPU
+                * std::thread::available_parallelism().map_or(1, |n| n.get()),
             relay: Mutex::new(Vec::new()),
         }
     }
@@ -150,6 +182,7 @@ impl GroupCommit {
     /// runs, it yields before it queues (see [`Self::yields`]).
     pub fn wait(&self, log: &LogInner, lsn: u64) -> StoreResult<()> {
         let yield_until = Instant::now() + log.options.commit_yield;
+        let _waiting = Waiting::enter(&self.waiting);
         loop {
             if self.yields(lsn, yield_until) {
                 std::thread::yield_now();
@@ -169,10 +202,13 @@ impl GroupCommit {
 
     /// True while a thread waiting for `lsn` yields its CPU instead of queueing: a round runs
     /// (it may cover `lsn`; if it does not, its end lets this thread lead or queue), `lsn` is
-    /// not durable yet and `until` has not passed. Atomics only: yielding threads leave the
-    /// lock to the leader.
+    /// not durable yet, enough threads wait ([`YIELD_WAITERS_PER_CPU`]) and `until` has not
+    /// passed. Atomics only: yielding threads leave the lock to the leader.
     fn yields(&self, lsn: u64, until: Instant) -> bool {
-        self.running.load(Ordering::Acquire) && self.synced() < lsn && Instant::now() < until
+        self.running.load(Ordering::Acquire)
+            && self.synced() < lsn
+            && self.waiting.load(Ordering::Relaxed) >= self.yield_waiters
+            && Instant::now() < until
     }
 
     /// Waits until the journal is durable past `lsn`, leading rounds as needed (a task queues

@@ -108,9 +108,11 @@ pub struct LogOptions {
     pub max_unsynced_bytes: u64,
     /// How long a thread waiting for a running group-commit round of a Sync log yields its CPU
     /// (`sched_yield`) and checks again before it parks: a thread that never parked needs no
-    /// wake, which on a small machine costs more than the yields (64 writers on 2 vCPUs: 1.1-1.5x
-    /// the appends per second). Burns up to this much CPU per waiting append on an idle machine; zero
-    /// parks at once. Async appenders never yield. Default 500 us; 0 ..= 10 ms.
+    /// wake, which costs more than the yields when many threads wait (64 writers on 2 vCPUs:
+    /// 1.1-1.5x the appends per second). Only while at least 8 threads per CPU wait on the log
+    /// at once (fewer park at once: their yields would mostly spin, for 2-4x the CPU per
+    /// append). Zero always parks at once; async appenders never yield. Default 500 us;
+    /// 0 ..= 10 ms.
     pub commit_yield: Duration,
 }
 
