@@ -247,9 +247,9 @@ async fn concurrent_sync_appends_share_fdatasyncs() {
 }
 
 /// Blocking threads and async tasks wait in the same group commit (a round's leader may lead
-/// several rounds back to back, and wakes threads through a relay; threads yield before they
-/// queue): every acknowledged append must be readable at the offset it was given, and rounds
-/// must be shared.
+/// several rounds back to back, and wakes threads through a relay; once enough wait, threads
+/// yield before they queue): every acknowledged append must be readable at the offset it was
+/// given, and rounds must be shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_and_tasks_sharing_rounds_each_find_their_record_at_its_offset() {
     share_rounds(LogOptions::default(), 12).await;
