@@ -62,8 +62,6 @@ impl Wake {
 struct CommitState {
     /// Journal position made durable and published.
     synced: u64,
-    /// A round is running.
-    syncing: bool,
     /// The last failed round: frames up to this position may or may not be durable.
     failed: Option<(u64, String)>,
     /// Waiters with the journal position they wait for.
@@ -96,7 +94,8 @@ pub(crate) struct GroupCommit {
     relay: Mutex<Vec<Thread>>,
     /// `state.synced`, readable without the lock.
     synced: AtomicU64,
-    /// `state.syncing`, readable without the lock.
+    /// A round is running. Written only under the state's lock (so it decides who leads as a
+    /// field of the state would); read without it by yielding waiters.
     running: AtomicBool,
     /// Threads in [`Self::wait`] now.
     waiting: AtomicUsize,
@@ -162,11 +161,10 @@ impl GroupCommit {
                 return Step::Done(Err(poisoned(u32::MAX, &format!("journal: {reason}"))));
             }
         }
-        if state.syncing {
+        if self.running.load(Ordering::Acquire) {
             state.waiters.push((lsn, wake()));
             Step::Wait
         } else {
-            state.syncing = true;
             self.running.store(true, Ordering::Release);
             Step::Lead
         }
@@ -274,7 +272,6 @@ impl GroupCommit {
         self.synced.store(synced, Ordering::Release);
         let chain = may_chain && state.failed.is_none();
         let (woken, again) = Self::take_woken(&mut state, chain);
-        state.syncing = again;
         self.running.store(again, Ordering::Release);
         drop(state);
         self.wake_all(woken, again);
