@@ -274,9 +274,19 @@ fn backup_and_restore_refuse_what_they_cannot_do_with_clear_errors() {
         Err(StoreError::Invalid(message)) => assert!(message.contains(needle), "{message}"),
         other => panic!("expected an Invalid error naming {needle:?}, got {other:?}"),
     };
-    invalid(
-        store.backup(dir.join("inside")).map(|_| ()),
-        "inside the store",
+    invalid(store.backup(dir.join("inside")).map(|_| ()), "lies inside");
+    // The same place spelled through `..` (from a sibling of the store) or reached through a
+    // symbolic link: neither starts with the store's path as written.
+    let sibling = scratch.path().join("sibling");
+    std::fs::create_dir(&sibling).expect("sibling");
+    let around = sibling.join("..").join("store").join("inside");
+    invalid(store.backup(&around).map(|_| ()), "lies inside");
+    let link = scratch.path().join("link-to-store");
+    std::os::unix::fs::symlink(&dir, &link).expect("symlink");
+    invalid(store.backup(link.join("inside")).map(|_| ()), "lies inside");
+    assert!(
+        !dir.join("inside").exists() && !dir.join("inside.partial").exists(),
+        "a refused backup writes nothing"
     );
     let taken = scratch.path().join("taken");
     std::fs::create_dir(&taken).expect("dir");
@@ -296,7 +306,61 @@ fn backup_and_restore_refuse_what_they_cannot_do_with_clear_errors() {
         "not a Strata backup",
     );
     invalid(restore(&dest, &taken).map(|_| ()), "exists");
+    // A target inside the backup would copy its own output until the path is too long.
+    invalid(restore(&dest, dest.join("x")).map(|_| ()), "lies inside");
+    invalid(
+        restore(&dest, dest.join("logs").join("..").join("x")).map(|_| ()),
+        "lies inside",
+    );
+    assert!(
+        !dest.join("x.partial").exists(),
+        "a refused restore leaves nothing to block a retry"
+    );
     restore(&dest, scratch.path().join("t")).expect("restore");
+    // The restored store is a store of its own: another id names (and bounds) its cold
+    // objects.
+    let restored = Store::open(scratch.path().join("t")).expect("the restored store opens");
+    assert_ne!(restored.id(), store.id(), "a restore gets a new identity");
+    assert_eq!(restored.id().len(), 32);
+}
+
+#[test]
+fn a_store_whose_manifest_is_gone_is_refused_unless_rebuilt() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let dir = scratch.path().join("store");
+    let old_id = {
+        let store = Store::open(&dir).expect("store");
+        let log = store
+            .open_log("events", 2, LogOptions::default())
+            .expect("log");
+        log.append_blocking(1, vec![NewRecord::value(1, Bytes::from_static(b"kept"))])
+            .expect("append");
+        store.close_blocking().expect("close");
+        store.id()
+    };
+    std::fs::remove_file(dir.join("MANIFEST")).expect("the MANIFEST is lost");
+    match Store::open(&dir) {
+        Err(StoreError::Invalid(message)) => {
+            assert!(message.contains("no MANIFEST"), "{message}")
+        }
+        other => panic!("a store without its MANIFEST must be refused, got {other:?}"),
+    }
+    assert!(!dir.join("MANIFEST").exists(), "the refusal wrote nothing");
+    let options = strata::StoreOptions::default().with_rebuild_manifest(true);
+    let store = Store::open_with(&dir, options).expect("rebuilt on request");
+    assert_ne!(
+        store.id(),
+        old_id,
+        "a rebuilt MANIFEST is a new store identity"
+    );
+    let log = store
+        .open_log("events", 2, LogOptions::default())
+        .expect("the log registers again");
+    assert_eq!(records(&log, 1).len(), 1, "its records are all there");
+    store.close_blocking().expect("close");
+    let empty = scratch.path().join("empty");
+    std::fs::create_dir_all(empty.join("logs")).expect("an empty logs/");
+    Store::open(&empty).expect("an empty directory is a new store");
 }
 
 /// One round of group work that deletes: append, flush everything cold (reclaiming hot

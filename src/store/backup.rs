@@ -19,10 +19,10 @@
 //! `DEST` only when complete: after a power cut `DEST` either does not exist or is a whole
 //! backup. Restore works the same way into `TARGET.partial` and `TARGET`.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-use super::manifest::Manifest;
+use super::manifest::{new_store_id, Manifest};
 use super::Store;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::fs::{
@@ -88,6 +88,44 @@ fn check_destination(fs: &dyn FileSystem, dest: &Path) -> StoreResult<PathBuf> {
     Ok(partial)
 }
 
+/// `path` as the operating system resolves it: the longest prefix that exists, canonical
+/// (symbolic links and `..` resolved), and the rest appended with its `..` applied. Two paths
+/// that reach the same directory, through `..` or a link, resolve alike.
+fn resolved(path: &Path) -> StoreResult<PathBuf> {
+    let absolute = std::path::absolute(path).at(path)?;
+    let parts: Vec<Component<'_>> = absolute.components().collect();
+    for known in (1..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..known].iter().collect();
+        let Ok(mut out) = std::fs::canonicalize(&prefix) else {
+            continue;
+        };
+        for part in &parts[known..] {
+            match part {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::Normal(name) => out.push(name),
+                _ => {}
+            }
+        }
+        return Ok(out);
+    }
+    Ok(absolute)
+}
+
+/// Refuses a copy of `source` into `dest` when `dest` lies inside `source` (however either is
+/// spelled): the copy would copy itself. `what` names the operation in the error.
+fn refuse_inside(source: &Path, dest: &Path, what: &str) -> StoreResult<()> {
+    if resolved(dest)?.starts_with(resolved(source)?) {
+        return Err(StoreError::Invalid(format!(
+            "{what} destination {} lies inside {}",
+            dest.display(),
+            source.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Makes the finished copy in `partial` appear as `dest`, durably.
 fn publish(fs: &dyn FileSystem, partial: &Path, dest: &Path) -> StoreResult<()> {
     sync_dir(fs, partial)?;
@@ -116,21 +154,15 @@ impl Store {
     /// store keeps serving (see the module docs for what "consistent" covers). Every group in
     /// `groups/` must be open in this process (its RocksDB cannot be copied otherwise).
     ///
-    /// Refused before anything is written: a `dest` that exists or lies inside the store, a
+    /// Refused before anything is written: a `dest` that exists or lies inside the store
+    /// (however it is spelled: `..` and symbolic links are resolved), a
     /// leftover `dest.partial`, a group that is not open. A failure while copying leaves
     /// `dest.partial` for the caller to remove (the error says what failed); `dest` itself
     /// appears only complete.
     pub fn backup(&self, dest: impl AsRef<Path>) -> StoreResult<BackupReport> {
         let (fs, root, dest) = (&**self.fs(), self.root(), dest.as_ref());
         let _span = tracing::info_span!("strata.backup", dest = %dest.display()).entered();
-        let absolute = |p: &Path| std::path::absolute(p).at(p);
-        if absolute(dest)?.starts_with(absolute(root)?) {
-            return Err(StoreError::Invalid(format!(
-                "backup destination {} lies inside the store {}",
-                dest.display(),
-                root.display()
-            )));
-        }
+        refuse_inside(root, dest, "backup (of the store)")?;
         let partial = check_destination(fs, dest)?;
         let sources = self.group_sources()?;
         create_dir_durable(fs, &partial)?;
@@ -273,18 +305,24 @@ pub fn restore_with(
     backup: &Path,
     target: &Path,
 ) -> StoreResult<BackupReport> {
-    if Manifest::load(fs, backup)?.is_none() {
+    let Some(mut manifest) = Manifest::load(fs, backup)? else {
         return Err(StoreError::Invalid(format!(
             "{} holds no MANIFEST: not a Strata backup",
             backup.display()
         )));
-    }
+    };
+    refuse_inside(backup, target, "restore (of the backup)")?;
     let partial = check_destination(fs, target)?;
     if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
         create_dir_durable(fs, parent)?;
     }
     let mut report = BackupReport::default();
     report.add(copy_tree(fs, backup, &partial, &|name| name == "LOCK")?);
+    // The restored store is another store: its own id names the objects it writes and the
+    // only ones it may delete, so a clone sharing a cold bucket with its original never
+    // deletes or sweeps the original's objects.
+    manifest.store_id = new_store_id();
+    manifest.store(fs, &partial)?;
     report.logs = count_dirs(fs, &backup.join("logs"))?;
     report.groups = count_dirs(fs, &backup.join(GROUPS))?;
     publish(fs, &partial, target)?;

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::error::{StoreError, StoreResult};
-use crate::fs::{create_dir_durable, Fs, RealFs};
+use crate::error::{IoContext, StoreError, StoreResult};
+use crate::fs::{create_dir_durable, EntryKind, FileSystem, Fs, RealFs};
 use crate::log::{Log, LogOptions, LogOwner, LogSetup};
 pub use lock::DirLock;
 use manifest::{new_store_id, validate_log_name, LogEntry, Manifest};
@@ -23,12 +23,18 @@ pub struct StoreOptions {
     /// The file system every file operation of the store goes through. Default: the real one
     /// ([`RealFs`]); tests put a [`crate::fs::FaultFs`] here.
     pub fs: Fs,
+    /// Open a directory whose MANIFEST is gone although `logs/` or `groups/` hold data, as a
+    /// store with a new MANIFEST (a new store id; each log is registered again, with the
+    /// partition count its opener gives, when it is opened). Default `false`: such a directory
+    /// is refused, since opening it as a new store would hide its logs.
+    pub rebuild_manifest: bool,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             fs: RealFs::shared(),
+            rebuild_manifest: false,
         }
     }
 }
@@ -37,6 +43,12 @@ impl StoreOptions {
     /// These options with file system `fs`.
     pub fn with_fs(mut self, fs: Fs) -> Self {
         self.fs = fs;
+        self
+    }
+
+    /// These options with [`StoreOptions::rebuild_manifest`] set to `rebuild`.
+    pub fn with_rebuild_manifest(mut self, rebuild: bool) -> Self {
+        self.rebuild_manifest = rebuild;
         self
     }
 }
@@ -68,6 +80,19 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// True when `logs/` or `groups/` under `root` hold any entry (a store's data, not a new
+/// directory): the MANIFEST is written before any of it, so its absence there is damage.
+fn holds_data(fs: &dyn FileSystem, root: &Path) -> StoreResult<bool> {
+    for dir in ["logs", "groups"].map(|d| root.join(d)) {
+        if fs.kind(&dir).at(&dir)? == Some(EntryKind::Dir)
+            && !fs.read_dir(&dir).at(&dir)?.is_empty()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 impl Store {
     /// Opens the store at `root`, creating the directory if needed.
     ///
@@ -85,6 +110,13 @@ impl Store {
         let lock = DirLock::acquire(&*fs, &root)?;
         let manifest = match Manifest::load(&*fs, &root)? {
             Some(m) if m.store_id != [0; 16] => m,
+            None if !options.rebuild_manifest && holds_data(&*fs, &root)? => {
+                return Err(StoreError::Invalid(format!(
+                    "{} has no MANIFEST but its logs/ or groups/ hold data: not opened as a new \
+                     store (StoreOptions::with_rebuild_manifest opens it with a new MANIFEST)",
+                    root.display()
+                )));
+            }
             loaded => {
                 // A new store, or a version 1 MANIFEST: assign the id (and write version 2).
                 let mut m = loaded.unwrap_or_default();

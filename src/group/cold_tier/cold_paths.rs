@@ -31,6 +31,14 @@ impl ColdNamespace {
         &self.root
     }
 
+    /// True for an object another store or group named (in Strata's namespace, outside this
+    /// group's): a group that came from a restored backup may reference its original's objects,
+    /// and must never delete them. Names outside Strata's namespace (objects of builds that named
+    /// them by stream alone) are this group's own.
+    pub fn is_foreign(&self, path: &str) -> bool {
+        path.starts_with("strata/") && !path.starts_with(&self.root)
+    }
+
     /// The prefix of every object of stream `id`.
     pub fn stream_prefix(&self, id: &BucketStreamId) -> String {
         let hash = blake3::hash(&stream_key(id));
@@ -75,6 +83,16 @@ pub fn created_at_ms(path: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_other_stores_and_groups_objects_are_foreign() {
+        let ns = ColdNamespace::new("aa11", "g");
+        let id = BucketStreamId::new("b", "s");
+        assert!(!ns.is_foreign(&ns.new_object_path(&id, 0, 10)));
+        assert!(!ns.is_foreign("b/s/chunks/old-object.sco"));
+        assert!(ns.is_foreign(&ColdNamespace::new("bb22", "g").new_object_path(&id, 0, 10)));
+        assert!(ns.is_foreign(&ColdNamespace::new("aa11", "h").new_object_path(&id, 0, 10)));
+    }
 
     #[test]
     fn stream_prefixes_never_nest_and_names_carry_their_time() {

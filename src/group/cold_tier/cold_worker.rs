@@ -315,6 +315,12 @@ impl DiskGroupEngine {
             }
             ColdGcTarget::Paths(paths) => {
                 for path in paths {
+                    if self.cold_ns.is_foreign(path) {
+                        // Named by another store or group (this group's state came from a
+                        // backup restored as a new store): theirs to delete, not ours.
+                        tracing::warn!(path = %path, "cold GC leaves an object another store named");
+                        continue;
+                    }
                     self.cold.delete(path).await?;
                     deleted += 1;
                 }
