@@ -112,6 +112,16 @@ fn cold_object_decode_corpus() {
     run("cold_object_decode", properties::cold_object_round_trip);
 }
 
+#[test]
+fn journal_decode_corpus() {
+    run("journal_decode", properties::journal_round_trip);
+}
+
+#[test]
+fn positions_decode_corpus() {
+    run("positions_decode", properties::positions_round_trip);
+}
+
 /// No libFuzzer target: `fuzz/` builds Strata without the `ursula` feature (no C++), and the group
 /// engine's codecs live behind it. The mutations here are its only fuzzing.
 #[cfg(feature = "ursula")]
