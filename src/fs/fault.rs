@@ -16,9 +16,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::image::{write_image, CrashMode, ImageReport};
+use super::interleave::{HoldReport, Interleaving, ThreadHold};
 use super::real::{data_end_real, kind_real, map_real, open_real, reserve_real, RealMap};
 use super::tree::{DirNode, Ino, Node, Tree};
-use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, WritableMap};
+use super::{
+    DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, Reservation,
+    WritableMap,
+};
 
 /// A kind of operation the plan can count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +116,12 @@ struct State {
     crashed: Option<String>,
     /// How long each sync takes (a slow disk); default zero.
     sync_delay: std::time::Duration,
+    /// What [`FileHandle::reserve`] answers: a file system without fallocate says
+    /// [`Reservation::Unsupported`] and reserves nothing.
+    reservation: Reservation,
+    /// A mapped write that a full disk would have answered with SIGBUS (the file had no blocks
+    /// there), if one was made.
+    sigbus: Option<String>,
 }
 
 impl State {
@@ -168,6 +178,7 @@ impl State {
 #[derive(Debug, Clone)]
 pub struct FaultFs {
     state: Arc<Mutex<State>>,
+    hold: Arc<Interleaving>,
     root: PathBuf,
 }
 
@@ -194,7 +205,10 @@ impl FaultFs {
                 grown: 0,
                 crashed: None,
                 sync_delay: std::time::Duration::ZERO,
+                reservation: Reservation::Reserved,
+                sigbus: None,
             })),
+            hold: Arc::default(),
             root: root.to_path_buf(),
         })
     }
@@ -249,6 +263,30 @@ impl FaultFs {
         }
     }
 
+    /// Holds a thread before one of its operations while the others go on (see
+    /// [`super::interleave`]); `None` lifts the hold.
+    pub fn hold_thread(&self, hold: Option<ThreadHold>) {
+        self.hold.set(hold);
+    }
+
+    /// What the current thread hold saw.
+    pub fn hold_report(&self) -> HoldReport {
+        self.hold.report()
+    }
+
+    /// Makes the layer a file system that cannot reserve blocks (no fallocate): every
+    /// [`FileHandle::reserve`] answers [`Reservation::Unsupported`] and reserves nothing.
+    pub fn set_reservation(&self, reservation: Reservation) {
+        self.lock().reservation = reservation;
+    }
+
+    /// The mapped write a full disk would have killed the process for (SIGBUS), if one was
+    /// made: a write through a mapping into blocks the file does not have, refused by a
+    /// disk-full plan. The layer answers it with an error instead, and remembers it here.
+    pub fn sigbus(&self) -> Option<String> {
+        self.lock().sigbus.clone()
+    }
+
     /// Why the power is off, if a [`FaultPlan::CrashAt`] fired.
     pub fn crashed(&self) -> Option<String> {
         self.lock().crashed.clone()
@@ -273,6 +311,7 @@ impl FaultFs {
     fn file(&self, ino: Ino, file: File) -> FileRef {
         Arc::new(FaultFile {
             state: self.state.clone(),
+            hold: self.hold.clone(),
             ino,
             file: Arc::new(file),
         })
@@ -292,6 +331,12 @@ impl Drop for State {
 
 impl FileSystem for FaultFs {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<FileRef> {
+        match mode {
+            OpenMode::Read => {}
+            OpenMode::Truncate => self.pass(OpKind::Resize),
+            OpenMode::ReadWrite | OpenMode::WriteDirect => self.pass(OpKind::Write),
+            OpenMode::CreateNew => self.pass(OpKind::Create),
+        }
         let mut state = self.lock();
         let existing = state.tree.lookup(path)?;
         if mode == OpenMode::Read && existing.is_none() && self.inside_native(&state, path) {
@@ -331,6 +376,7 @@ impl FileSystem for FaultFs {
         if mode == OpenMode::Truncate {
             if let Some(node) = state.tree.file_mut(ino) {
                 node.preserve(&file, 0, u64::MAX)?;
+                node.allocated = 0;
             }
             file.set_len(0)?;
         }
@@ -338,6 +384,7 @@ impl FileSystem for FaultFs {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.pass(OpKind::Rename);
         let mut state = self.lock();
         state.admit(OpKind::Rename, from)?;
         let (_, replaced) = state.tree.rename(from, to)?;
@@ -348,6 +395,7 @@ impl FileSystem for FaultFs {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.pass(OpKind::Unlink);
         let mut state = self.lock();
         state.admit(OpKind::Unlink, path)?;
         let ino = state.tree.unlink(path)?;
@@ -355,6 +403,7 @@ impl FileSystem for FaultFs {
     }
 
     fn create_dir(&self, path: &Path) -> io::Result<()> {
+        self.pass(OpKind::Create);
         let mut state = self.lock();
         if state.tree.lookup(path)?.is_some() {
             return Err(io::Error::new(
@@ -369,9 +418,15 @@ impl FileSystem for FaultFs {
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.pass(OpKind::DirSync);
         Self::sync_pause(&self.state);
         let mut state = self.lock();
         state.admit(OpKind::DirSync, path)?;
+        if self.root.starts_with(path) && self.root != path {
+            // A directory holding the layer's root: its entries are not the layer's to track
+            // (the root itself counts as durable).
+            return Ok(());
+        }
         let ino = state
             .tree
             .lookup(path)?
@@ -457,12 +512,28 @@ impl FileSystem for FaultFs {
     }
 
     fn external_sync(&self, path: &Path) -> io::Result<()> {
+        self.pass(OpKind::ExternalSync);
         Self::sync_pause(&self.state);
         self.lock().admit(OpKind::ExternalSync, path)
     }
 }
 
+/// Lets `hold` count (or hold) an operation of `kind` by the calling thread, cutting the power
+/// first when the hold says so.
+fn pass(hold: &Interleaving, state: &Mutex<State>, kind: OpKind) {
+    if hold.pass(kind) {
+        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        state
+            .crashed
+            .get_or_insert_with(|| format!("power cut after a held operation, before {kind:?}"));
+    }
+}
+
 impl FaultFs {
+    fn pass(&self, kind: OpKind) {
+        pass(&self.hold, &self.state, kind);
+    }
+
     fn inside_native(&self, state: &State, path: &Path) -> bool {
         path.ancestors().skip(1).any(|a| {
             matches!(
@@ -482,6 +553,7 @@ impl FaultFs {
 #[derive(Debug)]
 struct FaultFile {
     state: Arc<Mutex<State>>,
+    hold: Arc<Interleaving>,
     ino: Ino,
     file: Arc<File>,
 }
@@ -503,29 +575,56 @@ impl FaultFile {
     fn change(
         &self,
         kind: OpKind,
-        start: u64,
-        end: u64,
+        (start, end): (u64, u64),
         space: Space,
+        new: Option<&[u8]>,
     ) -> io::Result<MutexGuard<'_, State>> {
+        pass(&self.hold, &self.state, kind);
         let mut state = self.lock();
         let what = self.what(&state);
         state.admit(kind, &what)?;
         let meta = self.file.metadata()?;
+        let allocated = state.tree.file_mut(self.ino).map_or(0, |n| n.allocated);
         let growth = match space {
             Space::Extends(new_len) => new_len.saturating_sub(meta.len()),
+            Space::Reserves(_) if state.reservation == Reservation::Unsupported => 0,
             Space::Reserves(len) => {
                 len.saturating_sub(std::os::unix::fs::MetadataExt::blocks(&meta) * 512)
             }
+            Space::Maps(end) => end.saturating_sub(allocated),
             Space::None => 0,
         };
-        state.grow(growth)?;
+        if let Err(e) = state.grow(growth) {
+            if let Space::Maps(_) = space {
+                // The real kernel answers this page fault with SIGBUS.
+                let at = format!("{} at {start}..{end}", what.display());
+                state.sigbus.get_or_insert(at);
+                return Err(io::Error::from_raw_os_error(
+                    rustix::io::Errno::FAULT.raw_os_error(),
+                ));
+            }
+            return Err(e);
+        }
+        let reserved = state.reservation == Reservation::Reserved;
         if let Some(node) = state.tree.file_mut(self.ino) {
+            match space {
+                Space::Maps(end) => node.allocated = node.allocated.max(end),
+                Space::Reserves(len) if reserved => node.allocated = node.allocated.max(len),
+                _ => {}
+            }
+            if kind == OpKind::Resize && start != u64::MAX {
+                node.allocated = node.allocated.min(start);
+            }
+            if let Some(new) = new {
+                node.keep_versions(&self.file, start, new)?;
+            }
             node.preserve(&self.file, start, end)?;
         }
         Ok(state)
     }
 
     fn synced(&self) -> io::Result<()> {
+        pass(&self.hold, &self.state, OpKind::Sync);
         FaultFs::sync_pause(&self.state);
         let mut state = self.lock();
         let what = self.what(&state);
@@ -545,6 +644,9 @@ enum Space {
     Extends(u64),
     /// Blocks reserved for `[0, len)`: what is not allocated yet.
     Reserves(u64),
+    /// Bytes written through a mapping up to this end: what lies past the blocks the file has
+    /// (reserved or mapped before).
+    Maps(u64),
     /// Nothing (a sparse extension, a cut).
     None,
 }
@@ -557,7 +659,7 @@ impl FileHandle for FaultFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let end = offset + buf.len() as u64;
-        let _state = self.change(OpKind::Write, offset, end, Space::Extends(end))?;
+        let _state = self.change(OpKind::Write, (offset, end), Space::Extends(end), Some(buf))?;
         std::os::unix::fs::FileExt::write_all_at(&*self.file, buf, offset)
     }
 
@@ -567,15 +669,23 @@ impl FileHandle for FaultFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        let _state = self.change(OpKind::Resize, len, u64::MAX, Space::None)?;
+        let _state = self.change(OpKind::Resize, (len, u64::MAX), Space::None, None)?;
         self.file.set_len(len)
     }
 
     /// Counted as a resize; changes no byte and no length, so a power cut keeps nothing of it
     /// to model.
-    fn reserve(&self, len: u64) -> io::Result<()> {
-        let _state = self.change(OpKind::Resize, u64::MAX, u64::MAX, Space::Reserves(len))?;
-        reserve_real(&self.file, len)
+    fn reserve(&self, len: u64) -> io::Result<Reservation> {
+        let state = self.change(
+            OpKind::Resize,
+            (u64::MAX, u64::MAX),
+            Space::Reserves(len),
+            None,
+        )?;
+        match state.reservation {
+            Reservation::Unsupported => Ok(Reservation::Unsupported),
+            Reservation::Reserved => reserve_real(&self.file, len),
+        }
     }
 
     fn data_end(&self) -> io::Result<u64> {
@@ -611,6 +721,7 @@ impl FileHandle for FaultFile {
             map: RealMap::map(&self.file, len)?,
             handle: FaultFile {
                 state: self.state.clone(),
+                hold: self.hold.clone(),
                 ino: self.ino,
                 file: self.file.clone(),
             },
@@ -633,9 +744,9 @@ impl WritableMap for FaultMap {
 
     fn write(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
         let (start, end) = (offset as u64, (offset + bytes.len()) as u64);
-        let _state = self
-            .handle
-            .change(OpKind::Write, start, end, Space::Extends(end))?;
+        let _state =
+            self.handle
+                .change(OpKind::Write, (start, end), Space::Maps(end), Some(bytes))?;
         self.map.write(offset, bytes)
     }
 

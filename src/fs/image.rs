@@ -3,7 +3,10 @@
 //! A directory keeps its synced entries plus a prefix of the changes made since (a journal
 //! writes them back in order; none of them when strict). A file keeps its synced bytes; each page
 //! changed since its last sync is kept (new bytes), lost (the synced bytes, zeros past the synced
-//! length), filled with stale garbage past the synced length (blocks a file system allocated but
+//! length), an older version written since the sync and overwritten later (write-back may have
+//! made it durable at any moment before the overwrite, and a crash keeps the last version written
+//! back: so a page may hold any version ever written since its sync, independently of the other
+//! pages), filled with stale garbage past the synced length (blocks a file system allocated but
 //! never wrote), or torn (each 512-byte sector old or new: sectors are written atomically, so
 //! synced bytes are never damaged), and its length is the synced one, the current one, or a page
 //! boundary in between. A native directory (RocksDB's) is copied as it is: the engine keeps what
@@ -22,6 +25,11 @@ pub enum CrashMode {
     Strict,
     /// Everything written survives (what a process crash, SIGKILL, leaves).
     KeepAll,
+    /// Like [`CrashMode::KeepAll`], except that each page overwritten since its last sync
+    /// holds the first version overwritten: write-back ran just before the overwrite, and the
+    /// overwrite itself never reached the disk (an undo of a failed write lost, the failed
+    /// bytes kept).
+    Overwritten,
     /// Each unsynced page and each directory's unsynced changes survive or not, chosen by a
     /// generator seeded with `seed` (print it to replay a failure).
     Random {
@@ -43,6 +51,8 @@ pub struct ImageReport {
     pub pages_garbage: u64,
     /// Unsynced pages torn sector by sector.
     pub pages_torn: u64,
+    /// Unsynced pages holding an older version written since their sync and overwritten later.
+    pub pages_older: u64,
     /// Unsynced directory changes kept.
     pub dir_ops_kept: u64,
     /// Unsynced directory changes lost.
@@ -68,7 +78,7 @@ impl Chooser {
     fn upto(&mut self, n: u64) -> u64 {
         match self.mode {
             CrashMode::Strict => 0,
-            CrashMode::KeepAll => n,
+            CrashMode::KeepAll | CrashMode::Overwritten => n,
             CrashMode::Random { .. } => self.next() % (n + 1),
         }
     }
@@ -78,19 +88,26 @@ impl Chooser {
 enum Fate {
     Kept,
     Lost,
+    /// The overwritten version with this index.
+    Older(usize),
     Garbage,
     Torn,
 }
 
 impl Chooser {
-    fn fate(&mut self) -> Fate {
+    /// The fate of a page with `older` overwritten versions.
+    fn fate(&mut self, older: usize) -> Fate {
         match self.mode {
             CrashMode::Strict => Fate::Lost,
             CrashMode::KeepAll => Fate::Kept,
+            CrashMode::Overwritten if older > 0 => Fate::Older(0),
+            CrashMode::Overwritten => Fate::Kept,
             CrashMode::Random { .. } => match self.next() % 20 {
-                0..=6 => Fate::Kept,
-                7..=13 => Fate::Lost,
-                14..=15 => Fate::Garbage,
+                0..=5 => Fate::Kept,
+                6..=11 => Fate::Lost,
+                12..=14 if older > 0 => Fate::Older(self.next() as usize % older),
+                12..=14 => Fate::Kept,
+                15..=16 => Fate::Garbage,
                 _ => Fate::Torn,
             },
         }
@@ -103,7 +120,7 @@ impl Chooser {
         }
         match self.mode {
             CrashMode::Strict => durable,
-            CrashMode::KeepAll => current,
+            CrashMode::KeepAll | CrashMode::Overwritten => current,
             CrashMode::Random { .. } => match self.next() % 3 {
                 0 => durable,
                 1 => current,
@@ -187,7 +204,13 @@ fn file_image(
         std::cmp::Ordering::Equal => 0..0,
         _ => (durable.min(now) / PAGE)..now.max(durable).div_ceil(PAGE),
     };
-    let changed: BTreeSet<u64> = file.saved.keys().copied().chain(resized).collect();
+    let changed: BTreeSet<u64> = file
+        .saved
+        .keys()
+        .chain(file.versions.keys())
+        .copied()
+        .chain(resized)
+        .collect();
     for page in changed {
         let start = (page * PAGE) as usize;
         if start >= image.len() {
@@ -195,12 +218,18 @@ fn file_image(
         }
         let end = (start + PAGE as usize).min(image.len());
         let new = |i: usize| current.get(i).copied().unwrap_or(0);
-        match chooser.fate() {
+        let older = file.versions.get(&page).map_or(&[][..], Vec::as_slice);
+        match chooser.fate(older.len()) {
             Fate::Kept => {
                 report.pages_kept += 1;
                 (start..end).for_each(|i| image[i] = new(i));
             }
             Fate::Lost => report.pages_lost += 1,
+            Fate::Older(k) => {
+                report.pages_older += 1;
+                let version = &older[k];
+                (start..end).for_each(|i| image[i] = version[i - start]);
+            }
             Fate::Garbage => {
                 report.pages_garbage += 1;
                 let from = start.max(durable as usize).min(end);

@@ -10,7 +10,9 @@
 //!   bytes made durable by a sync of their file and directory entries made durable by a sync of
 //!   their directory). It can cut the power at the Nth operation and write the crash image
 //!   (unsynced pages kept, dropped, zeroed or torn), fail the Nth operation with an I/O error,
-//!   or run out of space after N bytes.
+//!   or run out of space after N bytes (on a file system that can reserve blocks or one that
+//!   cannot, where a mapped write into a hole on a full disk is recorded as the SIGBUS it is), and hold one thread before its Nth operation while the
+//!   others go on (the interleavings of background threads with their foreground).
 //!
 //! Engines that do their own I/O (RocksDB) get a directory through [`FileSystem::native_dir`]
 //! and announce each of their durability points with [`FileSystem::external_sync`], so the
@@ -19,6 +21,7 @@
 mod copy;
 mod fault;
 mod image;
+mod interleave;
 mod no_sync;
 mod prefault;
 mod real;
@@ -36,6 +39,7 @@ use crate::error::{IoContext, StoreResult};
 pub use copy::{copy_file, copy_tree, CopyReport};
 pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
+pub use interleave::{HoldReport, ThreadHold, QUIET};
 pub use no_sync::NoSyncFs;
 pub use prefault::{prefault_later, read_ahead_later};
 pub use real::{prefetch, prefetch_at, RealFs, RealMap, RANDOM_HEAD};
@@ -114,6 +118,16 @@ pub enum OpenMode {
 /// Alignment of offset, length and memory of a write through [`OpenMode::WriteDirect`].
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// What [`FileHandle::reserve`] could do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reservation {
+    /// The blocks are reserved: writes inside the range cannot fail for lack of space.
+    Reserved,
+    /// The file system cannot reserve blocks that later writes are sure to get (no fallocate,
+    /// or copy-on-write): write with system calls, which can answer `ENOSPC`.
+    Unsupported,
+}
+
 /// What a directory entry names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
@@ -180,8 +194,10 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     /// Reserves disk blocks for `[0, len)` without changing the file's length (fallocate with
     /// `FALLOC_FL_KEEP_SIZE`), so later writes inside the file there, through a mapping too,
     /// cannot fail for lack of space; a full disk fails this call instead. Where the file system
-    /// cannot reserve, nothing is reserved.
-    fn reserve(&self, len: u64) -> io::Result<()>;
+    /// cannot promise that (no fallocate, or copy-on-write, where an overwrite takes new
+    /// blocks), nothing is reserved and the answer says so: such a file must not be written
+    /// through a mapping, where a full disk is a SIGBUS instead of an error.
+    fn reserve(&self, len: u64) -> io::Result<Reservation>;
     /// One past the last byte that may read as non-zero: the end of the file's last data region
     /// (`SEEK_DATA` / `SEEK_HOLE`; a hole, like the unwritten end of a sparse segment, reads as
     /// zeros). The file's length where the file system cannot tell.
@@ -268,9 +284,15 @@ pub fn remove_if_present(fs: &dyn FileSystem, path: &Path) -> StoreResult<()> {
     }
 }
 
-/// Creates `dir` and any missing parents, syncing each parent that gained an entry.
+/// Creates `dir` and any missing parents, syncing each parent that gained an entry. An existing
+/// but empty `dir` has its parent synced again: its creation's sync may have failed, or the
+/// process stopped before it, and a retry must not take the entry for durable. (A directory
+/// with entries was only filled after its creation returned, so its entry is durable.)
 pub fn create_dir_durable(fs: &dyn FileSystem, dir: &Path) -> StoreResult<()> {
     if fs.kind(dir).at(dir)? == Some(EntryKind::Dir) {
+        if fs.read_dir(dir).at(dir)?.is_empty() {
+            sync_parent(fs, dir)?;
+        }
         return Ok(());
     }
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {

@@ -86,7 +86,7 @@ impl FileHandle for NoSyncFile {
         self.inner.set_len(len)
     }
 
-    fn reserve(&self, len: u64) -> io::Result<()> {
+    fn reserve(&self, len: u64) -> io::Result<super::Reservation> {
         self.inner.reserve(len)
     }
 

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use memmap2::{Mmap, MmapOptions, MmapRaw};
 
-use super::{DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, WritableMap};
+use super::{
+    DirEntry, EntryKind, FileHandle, FileRef, FileSystem, MapRef, OpenMode, Reservation,
+    WritableMap,
+};
 
 /// The real file system (the default under every store).
 #[derive(Debug, Default, Clone, Copy)]
@@ -101,13 +104,30 @@ pub(super) fn kind_real(path: &Path) -> io::Result<Option<EntryKind>> {
     }
 }
 
-/// Reserves blocks for `[0, len)` of a real file, leaving its length alone (nothing where the
-/// file system cannot preallocate; a range already reserved costs one system call).
-pub(super) fn reserve_real(file: &File, len: u64) -> io::Result<()> {
+/// Reserves blocks for `[0, len)` of a real file, leaving its length alone (a range already
+/// reserved costs one system call). Nothing is reserved where the file system cannot
+/// preallocate (`EOPNOTSUPP`: ext2/ext3-format, many FUSE file systems, NFSv3) or where a
+/// preallocated block is no promise for an overwrite (copy-on-write: btrfs, ZFS, bcachefs).
+pub(super) fn reserve_real(file: &File, len: u64) -> io::Result<Reservation> {
+    if copy_on_write(file)? {
+        return Ok(Reservation::Unsupported);
+    }
     match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::KEEP_SIZE, 0, len) {
-        Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Ok(()) => Ok(Reservation::Reserved),
+        Err(rustix::io::Errno::OPNOTSUPP) => Ok(Reservation::Unsupported),
         Err(e) => Err(e.into()),
     }
+}
+
+/// True when `file` lives on a copy-on-write file system, whose overwrites take new blocks.
+fn copy_on_write(file: &File) -> io::Result<bool> {
+    const BTRFS: i64 = 0x9123_683E;
+    const ZFS: i64 = 0x2FC1_2FC1;
+    const BCACHEFS: i64 = 0xCA45_1A4E;
+    let stat = rustix::fs::fstatfs(file)?;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let kind = i64::from(stat.f_type as i64);
+    Ok(matches!(kind, BTRFS | ZFS | BCACHEFS))
 }
 
 /// One past the end of the last data region of a real file (its length where the file system
@@ -394,7 +414,7 @@ impl FileHandle for RealFile {
         self.file.set_len(len)
     }
 
-    fn reserve(&self, len: u64) -> io::Result<()> {
+    fn reserve(&self, len: u64) -> io::Result<Reservation> {
         reserve_real(&self.file, len)
     }
 

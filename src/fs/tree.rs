@@ -2,7 +2,8 @@
 //!
 //! Every file and directory under the root is a node (an inode). A file node knows the length
 //! its last sync made durable and, for each page changed since, the bytes that sync made durable
-//! (saved just before the first change). A directory node knows its entries as of its last sync
+//! (saved just before the first change) and the versions written since and overwritten (any of
+//! which write-back may have made durable before it was overwritten). A directory node knows its entries as of its last sync
 //! and the operations (links and unlinks) since, in order. A file whose name is gone but that a
 //! power cut could bring back (its unlink or replacement is not yet durable) keeps its bytes in
 //! a graveyard directory outside the root.
@@ -29,7 +30,19 @@ pub(super) struct FileNode {
     /// Page number -> that page's durable bytes (clipped to `durable_len`), for every page
     /// changed since the last sync.
     pub saved: BTreeMap<u64, Vec<u8>>,
+    /// Page number -> versions of that page written since the last sync and then overwritten
+    /// (oldest first, at most [`MAX_VERSIONS`]): write-back may have made any of them durable
+    /// before the write that replaced it.
+    pub versions: BTreeMap<u64, Vec<Vec<u8>>>,
+    /// Bytes from the file's start that have disk blocks (reserved, or written through a
+    /// mapping): a mapped write past it needs new blocks, which a full disk answers with
+    /// SIGBUS.
+    pub allocated: u64,
 }
+
+/// Overwritten versions kept per page (the first ones and the latest: a failed write undone by
+/// the next one is the case that matters, and it is always the latest).
+pub(super) const MAX_VERSIONS: usize = 4;
 
 impl FileNode {
     fn new(real: PathBuf, durable_len: u64) -> Self {
@@ -37,7 +50,47 @@ impl FileNode {
             real,
             durable_len,
             saved: BTreeMap::new(),
+            versions: BTreeMap::new(),
+            allocated: durable_len,
         }
+    }
+
+    /// Before `new` is written at `offset` of `file`: keeps the current bytes of every page the
+    /// write changes where a byte it changes was written since the last sync (a non-zero byte
+    /// of a page changed since, or past the durable length). That version may have reached the
+    /// disk by write-back before this write (an undo that zeroes a failed write is one). The
+    /// first change of a synced page keeps no version: [`Self::preserve`] keeps its durable
+    /// bytes. Call it before `preserve`.
+    pub fn keep_versions(&mut self, file: &File, offset: u64, new: &[u8]) -> io::Result<()> {
+        let end = offset + new.len() as u64;
+        for page in offset / PAGE..end.div_ceil(PAGE) {
+            let from = page * PAGE;
+            if !self.saved.contains_key(&page) && from + PAGE <= self.durable_len {
+                continue;
+            }
+            let mut bytes = vec![0u8; PAGE as usize];
+            let mut read = 0;
+            while read < bytes.len() {
+                match file.read_at(&mut bytes[read..], from + read as u64)? {
+                    0 => break,
+                    n => read += n,
+                }
+            }
+            let (a, b) = (offset.max(from), end.min(from + PAGE));
+            let changes_written = (a..b).any(|i| {
+                let current = bytes[(i - from) as usize];
+                current != 0 && current != new[(i - offset) as usize]
+            });
+            if !changes_written {
+                continue;
+            }
+            let kept = self.versions.entry(page).or_default();
+            if kept.len() == MAX_VERSIONS {
+                kept.remove(MAX_VERSIONS - 2);
+            }
+            kept.push(bytes);
+        }
+        Ok(())
     }
 
     /// Saves the durable bytes of every page of `[start, end)` about to change, reading them
@@ -70,6 +123,7 @@ impl FileNode {
     pub fn synced(&mut self, len: u64) {
         self.durable_len = len;
         self.saved.clear();
+        self.versions.clear();
     }
 }
 

@@ -142,29 +142,54 @@ impl PartitionWriter {
         }
     }
 
+    /// Syncs the active segment and records its length as its durable floor in its index (a
+    /// checkpoint of this one partition, under its lock).
+    pub fn checkpoint(&mut self, p: &Partition) -> StoreResult<()> {
+        self.heal(p)?;
+        let job = self.active.detach_sync(Some(p.fs.clone()));
+        match job.run(p.id) {
+            Ok(()) => {
+                self.active.mark_synced(job.len);
+                Ok(())
+            }
+            Err(e) => {
+                self.poisoned = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
     /// Seals the active segment (synced, indexed, readable in full) and starts a new one at the
     /// next offset, big enough for `needed` bytes of batches. If the new segment cannot be made
     /// (a full disk), the old one stays active and the next write tries again.
+    ///
+    /// The next segment is made before the old one is sealed: a sealed segment's sync gate
+    /// turns later checkpoints of it into no-ops, so sealing first and then failing to make the
+    /// next one would leave appends landing in a segment no checkpoint syncs any more, while
+    /// checkpoints let go of the journal that held them.
     pub fn roll(&mut self, p: &Partition, needed: u64) -> StoreResult<()> {
         self.heal(p)?;
         self.sync()?;
-        let index = self.active.shared().index();
-        let index_path = p.dir.join(index_file_name(index.base_offset));
-        self.active
-            .seal_with(|| write_file(&*p.fs, &index_path, &index.encode(), false))?;
-        let sealed = SealedSegment::seal(self.active.shared(), index);
         let next = self.next_offset;
         let path = p.dir.join(segment_file_name(next));
         let capacity = p.segment_capacity(needed);
-        let created = SegmentWriter::create(&*p.fs, &path, next, (capacity, p.interval), &p.pins)
-            .and_then(|fresh| sync_dir(&*p.fs, &p.dir).map(|()| fresh));
-        let fresh = match created {
+        let index = self.active.shared().index();
+        let index_path = p.dir.join(index_file_name(index.base_offset));
+        let made = SegmentWriter::create(&*p.fs, &path, next, (capacity, p.interval), &p.pins)
+            .and_then(|fresh| sync_dir(&*p.fs, &p.dir).map(|()| fresh))
+            .and_then(|fresh| {
+                self.active
+                    .seal_with(|| write_file(&*p.fs, &index_path, &index.encode(), false))
+                    .map(|()| fresh)
+            });
+        let fresh = match made {
             Ok(fresh) => fresh,
             Err(e) => {
                 self.stray = Some(path);
                 return Err(e);
             }
         };
+        let sealed = SealedSegment::seal(self.active.shared(), index);
         let new_active = fresh.shared().clone();
         let old = std::mem::replace(&mut self.active, fresh);
         p.update_view(|view| {

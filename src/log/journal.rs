@@ -305,7 +305,7 @@ impl Preparation {
         let ahead = (end + ALLOCATE_AHEAD).min(self.capacity).max(end);
         self.file
             .reserve(ahead)
-            .and_then(|()| self.file.set_len(ahead))
+            .and_then(|_reserved_or_not| self.file.set_len(ahead))
             .at(&self.path)
     }
 
@@ -373,14 +373,16 @@ impl JournalFile {
     }
 
     /// Makes `spare`, a file every frame of which a checkpoint has covered, journal file `seq`:
-    /// renames it, writes and syncs the new header block over the old one, then syncs the
-    /// directory.
+    /// renames it, writes and syncs the new header over the old one, then syncs the directory.
     /// No frame is written before all three, and the old frames that follow carry an older
     /// sequence, so replay reads none of them; the blocks the old file wrote are reused as
     /// they are, so no zeros are written and nothing is unlinked (format/JOURNAL.md,
-    /// "Recycled files"). On failure the spare is given up: renamed, it is replaced by the next
-    /// file's creation; under its old name, it waits for the next open, whose replay finds its
-    /// frames covered and deletes it with the other journal files.
+    /// "Recycled files"). Only the header's 32 bytes are written: they lie in the file's first
+    /// sector, which a power cut keeps old or new as a whole, so the old frame that shares the
+    /// sector is either intact (under the old header) or stale (under the new one), never
+    /// torn. On failure the spare is given up: renamed, it is replaced by the next file's
+    /// creation; under its old name, it waits for the next open, whose replay finds its frames
+    /// covered and deletes it with the other journal files.
     pub fn recycle(
         fs: &dyn FileSystem,
         dir: &Path,
@@ -392,7 +394,9 @@ impl JournalFile {
         let capacity = block_end(capacity);
         fs.rename(spare, &path).at(spare)?;
         let reopened = fs.open(&path, OpenMode::ReadWrite).at(&path)?;
-        reopened.write_at(&header_block(seq), 0).at(&path)?;
+        reopened
+            .write_at(&encode_journal_header(seq), 0)
+            .at(&path)?;
         reopened.sync_data().at(&path)?;
         sync_dir(fs, dir)?;
         // Every byte below the old file's length was written (zeros or frames) and synced, or
@@ -599,14 +603,17 @@ pub(crate) struct Journal {
     pub spare: Option<PathBuf>,
     /// Why the last sync failed; writes are refused until a re-sync succeeds.
     pub poisoned: Option<String>,
-    /// A preparation runs outside the lock.
-    pub preparing: bool,
+    /// The sequence of the file a preparation is writing zeros into, outside the lock (while
+    /// it runs, that file never becomes the spare: its late zeros would land in the file's
+    /// next life).
+    pub preparing: Option<u64>,
 }
 
 impl Journal {
     /// Makes room for `bytes` of frames: starts the next file when they do not fit the current
     /// one (which is synced first: a request never spans files), and prepares space in place
-    /// unless another thread is preparing it already.
+    /// unless another thread is preparing this file's space already (a preparation still
+    /// finishing in a file switched away from holds nobody up).
     pub fn make_room(&mut self, bytes: u64) -> StoreResult<Room> {
         if bytes > self.current.remaining() {
             self.next_file(bytes)?;
@@ -614,7 +621,7 @@ impl Journal {
         if self.current.len + bytes <= self.current.prepared {
             return Ok(Room::Ready);
         }
-        if self.preparing {
+        if self.preparing == Some(self.current.seq) {
             return Ok(Room::Wait);
         }
         if let Some(p) = self.current.next_preparation(bytes) {
@@ -645,7 +652,7 @@ impl Journal {
     /// left to prepare. A new file asks for its second chunk with its first frames.
     pub fn wants_preparation(&self) -> bool {
         let ahead = self.current.prepared - self.current.len;
-        !self.preparing
+        self.preparing.is_none()
             && ahead < prepare_chunk(self.current.capacity)
             && self.current.prepared < self.current.capacity
     }
@@ -657,7 +664,7 @@ impl Journal {
             return None;
         }
         let p = self.current.next_preparation(0)?;
-        self.preparing = true;
+        self.preparing = Some(p.seq);
         Some(p)
     }
 
@@ -673,7 +680,7 @@ impl Journal {
             _ => false,
         };
         if !more {
-            self.preparing = false;
+            self.preparing = None;
         }
         more
     }
@@ -718,8 +725,17 @@ impl Journal {
             self.retired.drain(..).partition(|(end, _)| *end <= lsn);
         self.retired = kept;
         if self.spare.is_none() {
-            // The newest covered file is kept to be recycled (no unlink, no zeros to write).
-            self.spare = gone.pop().map(|(_, path)| path);
+            // The newest covered file is kept to be recycled (no unlink, no zeros to write),
+            // unless a preparation may still write into it: then it goes like the others.
+            let busy = self
+                .preparing
+                .map(|seq| self.dir.join(journal_file_name(seq)));
+            if let Some(i) = gone
+                .iter()
+                .rposition(|(_, path)| Some(path) != busy.as_ref())
+            {
+                self.spare = Some(gone.remove(i).1);
+            }
         }
         for (_, path) in &gone {
             remove_if_present(&*self.fs, path)?;
@@ -797,7 +813,7 @@ mod tests {
             retired: Vec::new(),
             spare: None,
             poisoned: None,
-            preparing: false,
+            preparing: None,
         };
         assert!(
             journal.wants_preparation(),
@@ -808,7 +824,7 @@ mod tests {
         let p = journal
             .begin_preparation()
             .expect("less than a chunk ahead");
-        assert_eq!((p.from(), journal.preparing), (chunk, true));
+        assert_eq!((p.from(), journal.preparing), (chunk, Some(1)));
         assert_eq!(journal.make_room(2 * BLOCK).unwrap(), Room::Wait);
         let mut at = p.from();
         loop {
@@ -821,7 +837,10 @@ mod tests {
                 "each piece counts once synced"
             );
             assert_eq!(journal.make_room(2 * BLOCK).unwrap(), Room::Ready);
-            assert_eq!((more, journal.preparing), (!p.covers(end), !p.covers(end)));
+            assert_eq!(
+                (more, journal.preparing.is_some()),
+                (!p.covers(end), !p.covers(end))
+            );
             if !more {
                 break;
             }
@@ -840,7 +859,7 @@ mod tests {
         assert!(!journal.end_piece(&p, &lost), "a failure ends it");
         assert_eq!(
             (journal.current.prepared, journal.preparing),
-            (2 * chunk, false)
+            (2 * chunk, None)
         );
     }
 }

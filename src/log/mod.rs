@@ -25,6 +25,7 @@ pub mod compaction;
 mod inner;
 mod journal;
 mod journal_blocks;
+mod journal_scan;
 pub mod maintenance;
 pub mod options;
 pub mod partition;
@@ -57,6 +58,7 @@ use crate::fs::{create_dir_durable, Fs};
 use crate::segment::{NewRecord, PinCounter, RecordRef};
 pub(crate) use inner::LogInner;
 use journal::{Journal, JournalFile};
+use journal_scan::JournalScan;
 use partition::Partition;
 use request::{check_items, encode_request};
 
@@ -138,16 +140,27 @@ impl Log {
         let mut recovery = Vec::with_capacity(partitions as usize);
         let clean = clean_close::take(&*fs, &dir)?;
         let closed_cleanly = clean.found;
+        let journal_dir = dir.join("journal");
+        let scan = JournalScan::read(&*fs, &journal_dir, options.recovery)?;
+        let confirm = (!scan.is_empty()).then_some(&scan);
         for id in 0..partitions {
             let pins = Arc::new(PinCounter::default());
             let place = (dir.join(id.to_string()), id);
-            let (partition, report) = Partition::open(&fs, place, &options, &pins, clean.found)?;
+            let recovered = (clean.found, confirm);
+            let (partition, report) = Partition::open(&fs, place, &options, &pins, recovered)?;
             shared.push(Arc::new(partition));
             recovery.push(report);
         }
         clean.clear()?;
-        let journal_dir = dir.join("journal");
-        let (next_seq, replay) = replay::replay(&*fs, &journal_dir, &shared)?;
+        let checkpoint = options.durability == Durability::Sync && !closed_cleanly;
+        let replay = replay::replay(
+            &*fs,
+            (&journal_dir, &scan),
+            &shared,
+            (options.recovery, checkpoint),
+        )?;
+        let next_seq = scan.next_seq;
+        drop(scan);
         report_recovery(&name, closed_cleanly, &recovery, &replay);
         let journal = match options.durability {
             Durability::Sync => Some(open_journal(&fs, &journal_dir, next_seq, &options)?),
@@ -586,7 +599,7 @@ fn open_journal(fs: &Fs, dir: &Path, seq: u64, options: &LogOptions) -> StoreRes
         retired: Vec::new(),
         spare: None,
         poisoned: None,
-        preparing: false,
+        preparing: None,
     })
 }
 

@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::append::PartitionWriter;
+use super::journal_scan::JournalScan;
 use super::options::LogOptions;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::fs::{create_dir_durable, remove_if_present, sync_dir, write_file, EntryKind, Fs};
 use crate::segment::recovery::{open_last, open_sealed};
 use crate::segment::writer::parse_file_name;
 use crate::segment::{
-    index_file_name, segment_file_name, ActiveSegment, PinCounter, ReadStop, Record, RecordRef,
-    SealedSegment, SegmentPlace, SegmentRecovery, SegmentWriter, SEGMENT_HEADER_LEN,
+    index_file_name, segment_file_name, ActiveSegment, BatchHeader, Confirm, PinCounter, ReadStop,
+    Record, RecordRef, SealedSegment, SegmentPlace, SegmentRecovery, SegmentWriter,
+    SEGMENT_HEADER_LEN,
 };
 
 /// A page of records read from one partition.
@@ -112,13 +114,14 @@ fn check_order(base: i64, previous_last: i64, path: &Path) -> StoreResult<()> {
 }
 
 impl Partition {
-    /// Opens (or creates) partition `id` in `dir`, recovering its segments.
+    /// Opens (or creates) partition `id` in `dir`, recovering its segments; the journal a
+    /// journaled log left, if any, confirms the last segment's unsynced tail.
     pub fn open(
         fs: &Fs,
         (dir, id): (PathBuf, u32),
         options: &LogOptions,
         pins: &Arc<PinCounter>,
-        clean: bool,
+        (clean, journal): (bool, Option<&JournalScan>),
     ) -> StoreResult<(Self, PartitionRecovery)> {
         create_dir_durable(&**fs, &dir)?;
         let mut bases = list_segments(&**fs, &dir)?;
@@ -175,10 +178,12 @@ impl Partition {
         let path = dir.join(segment_file_name(*last_base));
         check_order(*last_base, previous_last, &path)?;
         let index_path = dir.join(index_file_name(*last_base));
+        let confirm = journal.map(|j| move |h: &BatchHeader, b: &[u8]| j.confirms(id, h, b));
         let last = open_last(
             place(fs, (&path, &index_path, *last_base), options),
             options.segment_bytes,
             clean || created,
+            confirm.as_ref().map(|c| c as Confirm<'_>),
         )?;
         note(&last.report);
         let high_water = (last.index.last_offset + 1).max(*last_base);

@@ -31,6 +31,6 @@ pub use index::{IndexEntry, SegmentIndex};
 pub use pin::PinCounter;
 pub use reader::{ActiveSegment, ReadStop, SealedSegment};
 pub use record::{NewRecord, Record, RecordRef};
-pub use recovery::{LastSegment, RecoveryMode, SegmentPlace, SegmentRecovery};
+pub use recovery::{Confirm, LastSegment, RecoveryMode, SegmentPlace, SegmentRecovery};
 pub use scan::{nonzero_end, scan_segment, Scan, ScanEnd};
 pub use writer::{index_file_name, segment_file_name, SegmentWriter, WriterMark};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::codec::{check_batch, BatchHeader};
 use super::header::{
     decode_segment_header_full, encode_segment_header, SegmentHeader, SEGMENT_HEADER_LEN,
 };
@@ -74,6 +75,48 @@ pub fn durable_floor(fs: &dyn FileSystem, index_path: &Path, base: i64) -> u64 {
         .and_then(|bytes| SegmentIndex::decode(&bytes).ok())
         .filter(|i| i.base_offset == base)
         .map_or(0, |i| i.segment_len)
+}
+
+/// Whether the journal holds exactly this batch (its header, its bytes): partition recovery
+/// of a journaled log confirms a last segment's unsynced tail with it.
+pub type Confirm<'a> = &'a dyn Fn(&BatchHeader, &[u8]) -> bool;
+
+/// Where the journal must confirm a last segment's batches from: its durable floor, or the
+/// header when no index file records one. A checkpoint writes the floor atomically (synced,
+/// renamed), so an index file that is missing or does not decode was never a checkpoint's: it
+/// is the empty index of a new partition or segment, written unsynced, and every batch in the
+/// segment since has its frame in the journal. `None` when the file cannot be read at all, or
+/// names another segment: the floor is unknown, so nothing is cut for want of a frame.
+fn confirmation_floor(fs: &dyn FileSystem, index_path: &Path, base: i64) -> Option<u64> {
+    let header = SEGMENT_HEADER_LEN as u64;
+    match fs.read_file(index_path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(header),
+        Err(_) => None,
+        Ok(bytes) => match SegmentIndex::decode(&bytes) {
+            Err(_) => Some(header),
+            Ok(index) if index.base_offset == base => Some(index.segment_len.max(header)),
+            Ok(_) => None,
+        },
+    }
+}
+
+/// The position of the first batch in `image[from..to]` (valid batches, `from` a batch
+/// boundary) the journal does not hold exactly: bytes written and never acknowledged (a
+/// failed request undone in memory after write-back had made it durable, or a write whose
+/// frame never reached the journal).
+fn first_unconfirmed(image: &[u8], from: u64, to: u64, confirm: Confirm<'_>) -> Option<u64> {
+    let mut pos = from as usize;
+    while pos < to as usize {
+        let Ok(header) = check_batch(&image[pos..]) else {
+            return Some(pos as u64);
+        };
+        let end = pos + header.len();
+        if !confirm(&header, &image[pos..end]) {
+            return Some(pos as u64);
+        }
+        pos = end;
+    }
+    None
 }
 
 /// Decides what a scan that did not end cleanly means under `mode`: the length to keep, or an
@@ -221,8 +264,16 @@ pub struct LastSegment {
 /// Opens the last segment of a partition: scan from the header (or the last trusted index
 /// entry), then cut a torn tail (per `mode`). A segment whose header never became durable, with
 /// nothing valid after it, is made again, preallocated to `capacity`. After a clean close
-/// (`clean`) nothing was written after the index, so a trusted index is taken as it is.
-pub fn open_last(place: SegmentPlace<'_>, capacity: u64, clean: bool) -> StoreResult<LastSegment> {
+/// (`clean`) nothing was written after the index, so a trusted index is taken as it is. With
+/// `confirm` (a journaled log that left journal files), the batches past the durable floor must
+/// be the journal's: from the first that is not, the segment is cut in every mode (those bytes
+/// were never acknowledged; replay writes the acknowledged batches there again).
+pub fn open_last(
+    place: SegmentPlace<'_>,
+    capacity: u64,
+    clean: bool,
+    confirm: Option<Confirm<'_>>,
+) -> StoreResult<LastSegment> {
     let SegmentPlace {
         fs,
         path,
@@ -289,9 +340,24 @@ pub fn open_last(place: SegmentPlace<'_>, capacity: u64, clean: bool) -> StoreRe
         }
     };
     let scan = scan_segment(&image, start_index, start, (interval, preallocated));
-    drop(image);
     let floor = durable_floor(fs, index_path, base);
-    if let Some(keep) = resolve_end(path, &scan, mode, (true, floor))? {
+    let keep = resolve_end(path, &scan, mode, (true, floor))?;
+    let unconfirmed = confirm
+        .zip(confirmation_floor(fs, index_path, base))
+        .and_then(|(confirm, from)| {
+            first_unconfirmed(&image, from, scan.index.segment_len, confirm)
+        });
+    drop(image);
+    if let Some(at) = unconfirmed {
+        tracing::warn!(path = %path.display(), position = at, "recovery: a batch past the durable floor is not the journal's (never acknowledged); cut");
+        let cut_bytes = cut(&file, path, at, len, preallocated)?;
+        drop(file);
+        let mut last = open_last(place, capacity, false, None)?;
+        last.report.truncated_bytes += cut_bytes;
+        last.report.index_rebuilt |= report.index_rebuilt;
+        return Ok(last);
+    }
+    if let Some(keep) = keep {
         report.truncated_bytes = cut(&file, path, keep, len, preallocated)?;
     }
     Ok(LastSegment {

@@ -23,7 +23,9 @@ use super::pin::PinCounter;
 use super::reader::ActiveSegment;
 use super::scan::note_batch;
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{remove_if_present, FileRef, FileSystem, Fs, MapRef, OpenMode, SyncGate};
+use crate::fs::{
+    remove_if_present, FileRef, FileSystem, Fs, MapRef, OpenMode, Reservation, SyncGate,
+};
 
 /// File name of the segment whose base offset is `base`.
 pub fn segment_file_name(base: i64) -> String {
@@ -96,8 +98,14 @@ pub struct SegmentWriter {
     index_interval: u64,
     shared: Arc<ActiveSegment>,
     len: u64,
-    /// Bytes from the start whose blocks are reserved (at least).
+    /// Bytes from the start whose blocks are reserved (at least), or that positioned writes may
+    /// fill where nothing can be reserved.
     allocated: u64,
+    /// Bytes are copied through the mapping (no system call) while the file system reserves
+    /// blocks; once it answers that it cannot ([`Reservation::Unsupported`]), they are written
+    /// with positioned writes, which a full disk fails with `ENOSPC` where a store into the
+    /// mapping would be a SIGBUS.
+    mapped_writes: bool,
     /// Length the last completed sync made durable.
     synced: u64,
     /// End of the range asked to be prefaulted so far.
@@ -109,9 +117,9 @@ pub struct SegmentWriter {
 }
 
 /// Gives a segment file whose header is written its full length, `capacity` bytes (sparse; a
-/// longer file is left as long), and reserves its first chunk. Nothing is durable until the
-/// caller syncs the file.
-pub(crate) fn size_fresh_file(file: &FileRef, capacity: u64) -> std::io::Result<()> {
+/// longer file is left as long), and reserves its first chunk (if the file system can). Nothing
+/// is durable until the caller syncs the file.
+pub(crate) fn size_fresh_file(file: &FileRef, capacity: u64) -> std::io::Result<Reservation> {
     file.set_len(capacity.max(file.len()?))?;
     file.reserve(capacity.min(ALLOCATION_CHUNK))
 }
@@ -119,22 +127,30 @@ pub(crate) fn size_fresh_file(file: &FileRef, capacity: u64) -> std::io::Result<
 /// Creates the file of a new segment: header written, the file `capacity` bytes long (sparse),
 /// its first chunk reserved, synced (the caller syncs the directory). A file left at `path` by an
 /// earlier attempt that failed (a full disk) is replaced; on failure nothing is left behind.
-fn create_file(fs: &dyn FileSystem, path: &Path, base: i64, capacity: u64) -> StoreResult<FileRef> {
+fn create_file(
+    fs: &dyn FileSystem,
+    path: &Path,
+    base: i64,
+    capacity: u64,
+) -> StoreResult<(FileRef, Reservation)> {
     remove_if_present(fs, path)?;
     let file = fs.open(path, OpenMode::CreateNew).at(path)?;
     let written = file
         .write_at(&encode_segment_header(base), 0)
         .and_then(|()| size_fresh_file(&file, capacity))
-        .and_then(|()| file.sync_data())
+        .and_then(|reservation| file.sync_data().map(|()| reservation))
         .at(path);
-    if let Err(e) = written {
-        // Best effort: a leftover is also replaced by the next attempt.
-        if let Err(left) = fs.remove_file(path) {
-            tracing::warn!(path = %path.display(), error = %left, "could not remove a segment a failed creation left");
+    let reservation = match written {
+        Ok(reservation) => reservation,
+        Err(e) => {
+            // Best effort: a leftover is also replaced by the next attempt.
+            if let Err(left) = fs.remove_file(path) {
+                tracing::warn!(path = %path.display(), error = %left, "could not remove a segment a failed creation left");
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
-    Ok(file)
+    };
+    Ok((file, reservation))
 }
 
 impl SegmentWriter {
@@ -156,10 +172,10 @@ impl SegmentWriter {
     }
 
     /// The writer of a segment file `create_file` just made: empty, its header synced, its first
-    /// chunk reserved.
+    /// chunk reserved (or, where the file system cannot reserve, written with system calls).
     fn fresh(
         path: &Path,
-        file: FileRef,
+        (file, reservation): (FileRef, Reservation),
         base: i64,
         (capacity, index_interval): (u64, u64),
         pins: &Arc<PinCounter>,
@@ -168,6 +184,7 @@ impl SegmentWriter {
         let mut writer = Self::resume(path, file, index, (capacity, index_interval), pins)?;
         writer.synced = SEGMENT_HEADER_LEN as u64;
         writer.allocated = capacity.min(ALLOCATION_CHUNK);
+        writer.mapped_writes = reservation == Reservation::Reserved;
         writer.read_ahead_past_head();
         Ok(writer)
     }
@@ -221,6 +238,7 @@ impl SegmentWriter {
             len,
             allocated,
             synced: len,
+            mapped_writes: true,
             prefaulted: len,
             opened_at: len,
             gate: SyncGate::default(),
@@ -239,9 +257,24 @@ impl SegmentWriter {
             .max(self.allocated + ALLOCATION_CHUNK)
             .next_multiple_of(ALLOCATION_CHUNK)
             .min(self.map.len() as u64);
-        self.file.reserve(target).at(&self.path)?;
+        if self.file.reserve(target).at(&self.path)? == Reservation::Unsupported {
+            if self.mapped_writes {
+                tracing::info!(path = %self.path.display(), "the file system cannot reserve blocks: appends use positioned writes, not the mapping");
+            }
+            self.mapped_writes = false;
+        }
         self.allocated = target;
         Ok(())
+    }
+
+    /// Writes `bytes` at `at`: through the mapping where the blocks are reserved, with a
+    /// positioned write where they cannot be (see [`Self::mapped_writes`]).
+    fn put(&self, at: u64, bytes: &[u8]) -> StoreResult<()> {
+        match self.mapped_writes {
+            true => self.map.write(at as usize, bytes),
+            false => self.file.write_at(bytes, at),
+        }
+        .at(&self.path)
     }
 
     /// Path of the segment file.
@@ -308,7 +341,7 @@ impl SegmentWriter {
         self.allocate_to(self.len + batch.len() as u64)?;
         let base = header.base_offset;
         let body = seal_batch(batch, header, base, self.synced);
-        self.map.write(self.len as usize, batch).at(&self.path)?;
+        self.put(self.len, batch)?;
         let position = self.len;
         let interval = self.index_interval;
         self.shared
@@ -326,7 +359,7 @@ impl SegmentWriter {
     fn prefault_ahead(&mut self) {
         let written = self.len.saturating_sub(self.opened_at);
         let ahead = written.min(PREFAULT_CHUNK);
-        if written < PREFAULT_AFTER || self.prefaulted >= self.len + ahead {
+        if !self.mapped_writes || written < PREFAULT_AFTER || self.prefaulted >= self.len + ahead {
             return;
         }
         let start = self.prefaulted.max(self.len);
@@ -380,7 +413,7 @@ impl SegmentWriter {
             return Ok(());
         }
         let zeros = vec![0u8; (self.len - mark.len) as usize];
-        self.map.write(mark.len as usize, &zeros).at(&self.path)?;
+        self.put(mark.len, &zeros)?;
         self.len = mark.len;
         self.shared.update_index(|index| {
             assert!(index.entries.len() >= mark.entries);
@@ -481,6 +514,6 @@ impl SegmentWriter {
             .slice(self.synced as usize..);
         let copy = unsynced.to_vec();
         drop(unsynced);
-        self.map.write(self.synced as usize, &copy).at(&self.path)
+        self.put(self.synced, &copy)
     }
 }

@@ -1,14 +1,16 @@
 //! The power-cut harness: runs a workload on a [`FaultFs`], cuts the power at each of its sync,
 //! rename and unlink points (and at random points), writes the crash images a power cut there
 //! could leave (nothing unsynced kept, everything kept, and seeded random mixes of kept, lost,
-//! zeroed and torn pages and directory changes), and checks each image against what the
-//! workload saw acknowledged. The same workloads run under a fault on the Nth operation and a
-//! full disk, where the store must answer typed errors and keep working once the fault is gone.
+//! older written versions, zeroed and torn pages and directory changes), and checks each image
+//! against what the workload saw acknowledged. The same workloads run under a fault on the Nth
+//! operation and a full disk, where the store must answer typed errors and keep working once
+//! the fault is gone, and then lose the power; and with a background thread held before each of
+//! its operations while the foreground goes on (interleavings), cut just after it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use strata::fs::{CrashMode, FaultFs, FaultPlan, OpKinds};
+use strata::fs::{CrashMode, FaultFs, FaultPlan, OpKinds, Reservation, ThreadHold};
 
 /// A directory standing for one machine's disk, with the fault layer over it.
 pub struct Disk {
@@ -142,7 +144,7 @@ pub struct Coverage {
 }
 
 /// Runs `check` on an image, turning a failure into a panic that says how to replay it.
-fn check_image<W: Workload>(w: &W, image: &Path, acks: &W::Acks, context: &str) {
+fn check_image<W: Workload>(w: &W, image: &Path, acks: &W::Acks, context: &str, seed: u64) {
     let outcome = catch_unwind(AssertUnwindSafe(|| w.check(image, acks)));
     if let Err(panic) = outcome {
         let message = panic
@@ -152,18 +154,56 @@ fn check_image<W: Workload>(w: &W, image: &Path, acks: &W::Acks, context: &str) 
             .unwrap_or_default();
         panic!(
             "{}: {context}: {message}\nacknowledged: {acks:?}\n(replay with \
-             STRATA_POWER_CUT_SEED={})",
+             STRATA_POWER_CUT_SEED={seed})",
             w.name(),
-            base_seed()
         );
+    }
+}
+
+/// How the random crash images of a point are chosen.
+#[derive(Debug, Clone, Copy)]
+pub struct Images {
+    /// The base seed ([`base_seed`] unless a regression case fixes one).
+    pub seed: u64,
+    /// Random images per crash point ([`random_images_per_point`] unless fixed).
+    pub per_point: u64,
+    /// Also the image in which each overwritten page holds its first overwritten version
+    /// ([`CrashMode::Overwritten`]: an undo lost, the undone bytes kept).
+    pub overwritten: bool,
+}
+
+impl Images {
+    /// As the environment says (`STRATA_POWER_CUT_SEED`, `STRATA_POWER_CUT_LONG`).
+    pub fn from_env() -> Self {
+        Self {
+            seed: base_seed(),
+            per_point: random_images_per_point(),
+            overwritten: false,
+        }
+    }
+
+    /// One random image per point (as many as [`Self::from_env`] in the long version), for the
+    /// runs that inject a fault and then cut the power after the whole workload.
+    pub fn after_fault() -> Self {
+        let env = Self::from_env();
+        Self {
+            per_point: if env.per_point > 3 { env.per_point } else { 1 },
+            overwritten: true,
+            ..env
+        }
     }
 }
 
 /// Cuts the power before every operation of `kinds` the workload performs (and once after its
 /// last), and checks a strict, a keep-all and random crash images of each cut.
 pub fn explore<W: Workload>(w: &W, kinds: OpKinds) -> Coverage {
+    explore_with(w, kinds, Images::from_env())
+}
+
+/// [`explore`] with the random images chosen as `images` says (a kept failing seed).
+pub fn explore_with<W: Workload>(w: &W, kinds: OpKinds, images: Images) -> Coverage {
     let total = dry_run(w, kinds);
-    cut_at(w, kinds, 0..=total)
+    cut_at(w, kinds, 0..=total, images)
 }
 
 /// Cuts the power before `samples` operations of any kind (writes included) picked at random
@@ -191,7 +231,7 @@ pub fn explore_random<W: Workload>(w: &W, samples: u64) -> Coverage {
         w.name(),
         base_seed()
     );
-    cut_at(w, OpKinds::ALL, points)
+    cut_at(w, OpKinds::ALL, points, Images::from_env())
 }
 
 /// Runs the workload once without faults; returns how many operations of `kinds` it made.
@@ -205,39 +245,26 @@ fn dry_run<W: Workload>(w: &W, kinds: OpKinds) -> u64 {
         "{}: the workload performed no crash point",
         w.name()
     );
-    check_image(w, &dry.root, &acks, "without a power cut");
+    check_image(w, &dry.root, &acks, "without a power cut", base_seed());
     total
 }
 
 /// Cuts the power before each operation number in `points` (counting `kinds`) and checks the
 /// crash images.
-fn cut_at<W: Workload>(w: &W, kinds: OpKinds, points: impl IntoIterator<Item = u64>) -> Coverage {
+fn cut_at<W: Workload>(
+    w: &W,
+    kinds: OpKinds,
+    points: impl IntoIterator<Item = u64>,
+    images: Images,
+) -> Coverage {
     let mut coverage = Coverage::default();
     for n in points {
         let disk = Disk::new();
         disk.fs.set_plan(FaultPlan::CrashAt { n, kinds });
         let mut acks = W::Acks::default();
         w.run(&disk, &mut acks, &|| {});
-        let reason = disk
-            .fs
-            .crashed()
-            .unwrap_or_else(|| "after the last operation".into());
-        disk.fs.cut_power();
         coverage.points += 1;
-        let mut modes = vec![CrashMode::Strict, CrashMode::KeepAll];
-        for k in 0..random_images_per_point() {
-            let seed = base_seed() ^ (n << 8) ^ k ^ (w.name().len() as u64) << 40;
-            modes.push(CrashMode::Random { seed });
-        }
-        for mode in modes {
-            let dir = scratch();
-            let image = dir.path().join("disk");
-            disk.fs
-                .write_crash_image(&image, mode)
-                .expect("the crash image");
-            check_image(w, &image, &acks, &format!("{reason}, image {mode:?}"));
-            coverage.images += 1;
-        }
+        coverage.images += check_images(w, &disk, &acks, (n, ""), images);
     }
     println!(
         "power cut {}: {} crash points, {} images checked",
@@ -246,6 +273,106 @@ fn cut_at<W: Workload>(w: &W, kinds: OpKinds, points: impl IntoIterator<Item = u
         coverage.images
     );
     coverage
+}
+
+/// Cuts the power on `disk` (if the run has not) and checks a strict, a keep-all and random
+/// crash images (seeded by [`base_seed`] and `point`); returns how many.
+fn check_images<W: Workload>(
+    w: &W,
+    disk: &Disk,
+    acks: &W::Acks,
+    (point, before): (u64, &str),
+    images: Images,
+) -> u64 {
+    let reason = disk
+        .fs
+        .crashed()
+        .unwrap_or_else(|| "after the last operation".into());
+    let reason = format!("{before}{reason}");
+    disk.fs.cut_power();
+    let mut modes = vec![CrashMode::Strict, CrashMode::KeepAll];
+    if images.overwritten {
+        modes.push(CrashMode::Overwritten);
+    }
+    for k in 0..images.per_point {
+        let seed = images.seed ^ (point << 8) ^ k ^ (w.name().len() as u64) << 40;
+        modes.push(CrashMode::Random { seed });
+    }
+    for &mode in &modes {
+        let dir = scratch();
+        let image = dir.path().join("disk");
+        disk.fs
+            .write_crash_image(&image, mode)
+            .expect("the crash image");
+        let context = format!("{reason}, image {mode:?}");
+        check_image(w, &image, acks, &context, images.seed);
+    }
+    modes.len() as u64
+}
+
+/// What an exploration of interleavings covered.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Interleavings {
+    /// Operations of the held thread in the run without a hold.
+    pub operations: u64,
+    /// Runs made (one per held operation and count of the others' operations).
+    pub runs: u64,
+    /// Runs in which the thread reached the operation it was held before.
+    pub reached: u64,
+    /// Runs cut right after the held operation.
+    pub cut: u64,
+    /// Crash images checked.
+    pub images: u64,
+}
+
+/// Holds the thread named `thread` (a prefix) before each of its file operations in turn while
+/// the other threads make each count of operations in `others` (or wait for it), then cuts the
+/// power just after the held operation, and checks the crash images: every place a background
+/// operation can take among the foreground's, crashed there.
+pub fn explore_interleavings<W: Workload>(w: &W, thread: &str, others: &[u64]) -> Interleavings {
+    let hold = |before, others| ThreadHold {
+        thread: thread.to_string(),
+        before,
+        kinds: OpKinds::ALL,
+        others,
+        cut_after: true,
+    };
+    // A background thread's share of the work depends on the scheduler (a writer may do inline
+    // what the thread was asked to do): count its operations over a few runs, keep the most.
+    let mut seen = Interleavings::default();
+    for _ in 0..5 {
+        let dry = Disk::new();
+        dry.fs.hold_thread(Some(hold(u64::MAX, 0)));
+        let mut acks = W::Acks::default();
+        w.run(&dry, &mut acks, &|| {});
+        check_image(w, &dry.root, &acks, "without a power cut", base_seed());
+        seen.operations = seen.operations.max(dry.fs.hold_report().counted);
+    }
+    assert!(
+        seen.operations > 0,
+        "{}: no operation of thread {thread} to hold",
+        w.name()
+    );
+    for n in 0..seen.operations {
+        for &o in others {
+            let disk = Disk::new();
+            disk.fs.hold_thread(Some(hold(n, o)));
+            let mut acks = W::Acks::default();
+            w.run(&disk, &mut acks, &|| {});
+            let report = disk.fs.hold_report();
+            disk.fs.hold_thread(None);
+            seen.runs += 1;
+            seen.reached += u64::from(report.reached);
+            seen.cut += u64::from(report.cut);
+            let held = format!("{thread} held before its operation #{n} for {o} others: ");
+            seen.images += check_images(w, &disk, &acks, (n << 16 | o, &held), Images::from_env());
+        }
+    }
+    println!(
+        "interleavings {} / {thread}: {seen:?} (others {others:?})",
+        w.name()
+    );
+    seen
 }
 
 /// Fails each operation of the workload in turn (once, with EIO) and checks that the store
@@ -278,7 +405,12 @@ pub fn fail_each_operation<W: Workload>(w: &W, stride: u64) -> u64 {
             "{}: {context}: one fault caused {outcome:?}",
             w.name()
         );
-        check_image(w, &disk.root, &acks, &context);
+        check_image(w, &disk.root, &acks, &context, base_seed());
+        // Then the power fails: what the failed operation's undo left in the page cache (and
+        // write-back may have made durable before it) must not take an acknowledged record's
+        // place.
+        let failed = format!("{context}, then ");
+        check_images(w, &disk, &acks, (n, &failed), Images::after_fault());
         runs += 1;
     }
     println!(
@@ -289,38 +421,53 @@ pub fn fail_each_operation<W: Workload>(w: &W, stride: u64) -> u64 {
 }
 
 /// Runs the workload with the disk full after `budget` bytes until `between`, where space is
-/// freed; checks the result. Returns how many errors the full disk caused.
-pub fn fill_disk<W: Workload>(w: &W, budget: u64) -> usize {
+/// freed, on a file system that reserves blocks as `reservation` says; checks the result (no
+/// mapped write into a hole while the disk was full: that is a SIGBUS). Returns how many errors
+/// the full disk caused.
+pub fn fill_disk<W: Workload>(w: &W, budget: u64, reservation: Reservation) -> usize {
     let disk = Disk::new();
+    disk.fs.set_reservation(reservation);
     disk.fs.set_plan(FaultPlan::DiskFull { bytes: budget });
     let mut acks = W::Acks::default();
     let fs = disk.fs.clone();
     w.run(&disk, &mut acks, &move || fs.set_plan(FaultPlan::None));
-    let context = format!("disk full after {budget} bytes");
+    let context = format!("disk full after {budget} bytes ({reservation:?})");
+    assert_eq!(
+        disk.fs.sigbus(),
+        None,
+        "{}: {context}: a store into a mapping the full disk could not back",
+        w.name()
+    );
     let outcome = w.outcome(&acks);
     assert!(
         outcome.errors_after == 0 && outcome.probe_ok,
         "{}: {context}: the store did not recover once space was freed: {outcome:?} {acks:?}",
         w.name()
     );
-    check_image(w, &disk.root, &acks, &context);
+    check_image(w, &disk.root, &acks, &context, base_seed());
+    let full = format!("{context}, then ");
+    check_images(w, &disk, &acks, (budget, &full), Images::after_fault());
     outcome.errors_before
 }
 
 /// [`fill_disk`] with the disk full at an eighth, a third and two thirds of what the workload
-/// writes in all; the disk must have filled.
+/// writes in all, on a file system that reserves blocks and on one that cannot (no fallocate);
+/// the disk must have filled.
 pub fn fill_disk_at_fractions<W: Workload>(w: &W) {
-    let dry = Disk::new();
-    let mut acks = W::Acks::default();
-    w.run(&dry, &mut acks, &|| {});
-    let total = dry.fs.grown();
-    let errors: usize = [total / 8, total / 3, total * 2 / 3]
-        .into_iter()
-        .map(|budget| fill_disk(w, budget))
-        .sum();
-    assert!(
-        errors > 0,
-        "{}: the disk never filled ({total} bytes written)",
-        w.name()
-    );
+    for reservation in [Reservation::Reserved, Reservation::Unsupported] {
+        let dry = Disk::new();
+        dry.fs.set_reservation(reservation);
+        let mut acks = W::Acks::default();
+        w.run(&dry, &mut acks, &|| {});
+        let total = dry.fs.grown();
+        let errors: usize = [total / 8, total / 3, total * 2 / 3]
+            .into_iter()
+            .map(|budget| fill_disk(w, budget, reservation))
+            .sum();
+        assert!(
+            errors > 0,
+            "{}: the disk never filled ({total} bytes written, {reservation:?})",
+            w.name()
+        );
+    }
 }

@@ -10,6 +10,8 @@ use strata::log::{CompactionPolicy, RetentionPolicy};
 use strata::segment::NewRecord;
 use strata::{Log, LogOptions, Store, StoreError};
 
+use strata::fs::{CrashMode, FaultPlan, OpKind, OpKinds};
+
 use super::harness::{Disk, Outcome, Workload};
 
 /// A multi-thread runtime for a workload or a check.
@@ -236,78 +238,11 @@ impl Workload for Appends {
     }
 
     fn run(&self, disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn()) {
-        let Some((store, log)) = open_log(
-            disk,
-            (&mut acks.tally, between),
-            "events",
-            PARTITIONS,
-            append_options(),
-        ) else {
-            return;
-        };
-        let shared = Arc::new(Mutex::new(std::mem::take(acks)));
-        let rt = runtime();
-        for half in 0..2u64 {
-            rt.block_on(async {
-                let tasks: Vec<_> = (0..3u64)
-                    .map(|w| {
-                        let fs = disk.fs.clone();
-                        tokio::spawn(Self::writer(
-                            log.clone(),
-                            move || fs.crashed().is_some(),
-                            w + 3 * half,
-                            shared.clone(),
-                        ))
-                    })
-                    .collect();
-                for t in tasks {
-                    t.await.unwrap();
-                }
-            });
-            if half == 0 {
-                between();
-                shared.lock().unwrap().tally.halfway = true;
-            }
-        }
-        let probed = !disk.dead() && rt.block_on(probe(&log, PARTITIONS));
-        *acks = std::mem::take(&mut *shared.lock().unwrap());
-        acks.tally.probe_ok = probed;
-        let _ = store.close_blocking();
+        run_appends(disk, acks, between, 0);
     }
 
     fn check(&self, root: &Path, acks: &AppendAcks) {
-        let (disk, store) = open_image(root);
-        let log = store
-            .open_log("events", PARTITIONS, append_options())
-            .expect("the log opens");
-        for p in 0..PARTITIONS {
-            let records = all_records(&log, p);
-            let mut items: HashMap<(u64, usize), (usize, usize)> = HashMap::new();
-            for (i, r) in records.iter().enumerate() {
-                assert_eq!(
-                    r.offset, i as i64,
-                    "partition {p}: offsets are dense from 0"
-                );
-                let (request, item, _, n) = parse(r.value.as_deref().unwrap());
-                let seen = items.entry((request, item)).or_insert((0, n));
-                seen.0 += 1;
-            }
-            for ((request, item), (seen, n)) in items {
-                assert_eq!(
-                    seen, n,
-                    "partition {p}: request {request} item {item} is half there"
-                );
-            }
-            for ((ap, offset), value) in acks.records.range((p, 0)..(p + 1, 0)) {
-                let found = records.get(*offset as usize).and_then(|r| r.value.as_ref());
-                assert_eq!(
-                    found,
-                    Some(value),
-                    "partition {ap}: acknowledged offset {offset} lost"
-                );
-            }
-        }
-        verify_clean(&disk, store);
+        check_appends(root, acks);
     }
 
     fn outcome(&self, acks: &AppendAcks) -> Outcome {
@@ -315,13 +250,141 @@ impl Workload for Appends {
     }
 }
 
+/// [`Appends`] with a thread (`strata-test-checkpointer`) running this many checkpoints beside
+/// the writers: each syncs the partitions' active segments without their locks (detached) and
+/// records their durable floors, racing the appends, rolls and journal switches.
+pub struct CheckpointedAppends {
+    pub checkpoints: u32,
+}
+
+impl Workload for CheckpointedAppends {
+    type Acks = AppendAcks;
+
+    fn name(&self) -> &'static str {
+        "log appends beside checkpoints"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn()) {
+        run_appends(disk, acks, between, self.checkpoints);
+    }
+
+    fn check(&self, root: &Path, acks: &AppendAcks) {
+        check_appends(root, acks);
+    }
+
+    fn outcome(&self, acks: &AppendAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+}
+
+/// Runs a checkpoint of `log` `count` times from a thread of its own, a little apart.
+fn checkpointer(log: &Log, count: u32) -> Option<std::thread::JoinHandle<()>> {
+    let log = log.clone();
+    (count > 0).then(|| {
+        std::thread::Builder::new()
+            .name("strata-test-checkpointer".into())
+            .spawn(move || {
+                for _ in 0..count {
+                    std::thread::sleep(std::time::Duration::from_millis(3));
+                    let _ = log.checkpoint_blocking();
+                }
+            })
+            .expect("the checkpointer starts")
+    })
+}
+
+/// The run of [`Appends`], with `checkpoints` checkpoints beside it.
+fn run_appends(disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn(), checkpoints: u32) {
+    let Some((store, log)) = open_log(
+        disk,
+        (&mut acks.tally, between),
+        "events",
+        PARTITIONS,
+        append_options(),
+    ) else {
+        return;
+    };
+    let racing = checkpointer(&log, checkpoints);
+    let shared = Arc::new(Mutex::new(std::mem::take(acks)));
+    let rt = runtime();
+    for half in 0..2u64 {
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..3u64)
+                .map(|w| {
+                    let fs = disk.fs.clone();
+                    tokio::spawn(Appends::writer(
+                        log.clone(),
+                        move || fs.crashed().is_some(),
+                        w + 3 * half,
+                        shared.clone(),
+                    ))
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        if half == 0 {
+            between();
+            shared.lock().unwrap().tally.halfway = true;
+        }
+    }
+    if let Some(racing) = racing {
+        racing.join().expect("the checkpointer");
+    }
+    let probed = !disk.dead() && rt.block_on(probe(&log, PARTITIONS));
+    *acks = std::mem::take(&mut *shared.lock().unwrap());
+    acks.tally.probe_ok = probed;
+    let _ = store.close_blocking();
+}
+
+/// The check of [`Appends`]: every acknowledged record at its offset, offsets dense, no
+/// request half there, and a clean `verify`.
+fn check_appends(root: &Path, acks: &AppendAcks) {
+    let (disk, store) = open_image(root);
+    let log = store
+        .open_log("events", PARTITIONS, append_options())
+        .expect("the log opens");
+    for p in 0..PARTITIONS {
+        let records = all_records(&log, p);
+        let mut items: HashMap<(u64, usize), (usize, usize)> = HashMap::new();
+        for (i, r) in records.iter().enumerate() {
+            assert_eq!(
+                r.offset, i as i64,
+                "partition {p}: offsets are dense from 0"
+            );
+            let (request, item, _, n) = parse(r.value.as_deref().unwrap());
+            let seen = items.entry((request, item)).or_insert((0, n));
+            seen.0 += 1;
+        }
+        for ((request, item), (seen, n)) in items {
+            assert_eq!(
+                seen, n,
+                "partition {p}: request {request} item {item} is half there"
+            );
+        }
+        for ((ap, offset), value) in acks.records.range((p, 0)..(p + 1, 0)) {
+            let found = records.get(*offset as usize).and_then(|r| r.value.as_ref());
+            assert_eq!(
+                found,
+                Some(value),
+                "partition {ap}: acknowledged offset {offset} lost"
+            );
+        }
+    }
+    verify_clean(&disk, store);
+}
+
 // ---------------------------------------------------------------- rounds of appends
 
-/// Rounds of 12 appends of one `pad`-byte record each to partition 0, each round followed by a
-/// pass (retention, a checkpoint), the halfway mark before round 3, then the probe.
+/// Rounds of `per_round` appends of one `pad`-byte record each to partition 0, each round
+/// followed by a pass (retention, a checkpoint), the halfway mark before round 3, then the
+/// probe. With `large`, the sixth append of each round carries that many records instead of one.
 struct AppendRounds {
     rounds: u64,
+    per_round: u64,
     pad: usize,
+    large: usize,
 }
 
 impl AppendRounds {
@@ -340,14 +403,18 @@ impl AppendRounds {
                 between();
                 tally.halfway = true;
             }
-            for i in 0..12 {
+            for i in 0..self.per_round {
                 if disk.dead() {
                     return;
                 }
-                let value = payload(round * 100 + i, 0, 0, 1, self.pad);
-                match rt.block_on(log.append(0, vec![NewRecord::value(3, value.clone())])) {
+                let n = if i == 5 { self.large.max(1) } else { 1 };
+                let values: Vec<Bytes> = (0..n)
+                    .map(|k| payload(round * 100 + i, 0, k, n, self.pad))
+                    .collect();
+                let batch = values.iter().map(|v| NewRecord::value(3, v.clone()));
+                match rt.block_on(log.append(0, batch.collect())) {
                     Ok((offset, _)) => {
-                        records.insert(offset, value);
+                        records.extend((offset..).zip(values));
                     }
                     Err(_) => tally.error(),
                 }
@@ -425,7 +492,9 @@ impl Workload for Retention {
         let low_water_mark = &mut acks.low_water_mark;
         let rounds = AppendRounds {
             rounds: 6,
+            per_round: 12,
             pad: 500,
+            large: 1,
         };
         rounds.run(
             disk,
@@ -680,8 +749,13 @@ fn recycling_options() -> LogOptions {
 }
 
 /// Appends that fill journal files, with checkpoints between: every file after the second is a
-/// recycled one (renamed, its header rewritten, its old frames left behind it).
-pub struct JournalRecycling;
+/// recycled one (renamed, its header rewritten, its old frames left behind it). With `large`,
+/// rounds are six appends, the sixth carrying that many records in one request: one that does
+/// not fit the rest of the file starts the next file while the preparer may still be zeroing
+/// space in the current one.
+pub struct JournalRecycling {
+    pub large: usize,
+}
 
 /// What the appends acknowledged.
 #[derive(Debug, Default)]
@@ -694,7 +768,10 @@ impl Workload for JournalRecycling {
     type Acks = RecyclingAcks;
 
     fn name(&self) -> &'static str {
-        "journal recycling"
+        match self.large {
+            0 | 1 => "journal recycling",
+            _ => "journal recycling with large requests",
+        }
     }
 
     fn run(&self, disk: &Disk, acks: &mut RecyclingAcks, between: &dyn Fn()) {
@@ -707,9 +784,14 @@ impl Workload for JournalRecycling {
         ) else {
             return;
         };
+        // With large requests, six appends a round: five fill a little under half the file and
+        // the large sixth does not fit the rest, so each round starts one new file, which the
+        // round's checkpoint then covers while the preparer may still be zeroing its space.
         let rounds = AppendRounds {
             rounds: 5,
+            per_round: if self.large > 1 { 6 } else { 12 },
             pad: 6 << 10,
+            large: self.large,
         };
         rounds.run(
             disk,
@@ -733,5 +815,214 @@ impl Workload for JournalRecycling {
 
     fn outcome(&self, acks: &RecyclingAcks) -> Outcome {
         acks.tally.outcome()
+    }
+}
+
+// ---------------------------------------------------------------- an undone request
+
+/// Waits until nothing writes through `disk` for a while (the journal preparer done).
+fn settle(disk: &Disk) {
+    let writes = || disk.fs.count(OpKinds::only(OpKind::Write));
+    let mut seen = writes();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = writes();
+        if now == seen {
+            return;
+        }
+        seen = now;
+    }
+}
+
+/// A request whose second batch fails once its first was copied into partition 0's mapping is
+/// undone there (zeroed in memory); the next append takes the same offset and is acknowledged;
+/// then the power fails in each way the page may have reached the disk, the undone batch
+/// included (written back before the undo, which itself never reached the disk). Reopened, the
+/// offset holds the acknowledged record, never the failed request's.
+pub fn an_undone_batch_never_takes_an_acknowledged_offset() {
+    let disk = Disk::new();
+    let store = Store::open_with(&disk.root, disk.options()).expect("store");
+    let log = store
+        .open_log("undo", 2, LogOptions::default())
+        .expect("log");
+    let rt = runtime();
+    let first = Bytes::from_static(b"acknowledged, offset 0");
+    let second = Bytes::from_static(b"acknowledged, offset 1");
+    rt.block_on(log.append(0, vec![NewRecord::value(1, first.clone())]))
+        .expect("first append");
+    settle(&disk);
+    // Write #0 from here is partition 0's batch, #1 partition 1's: that one fails.
+    disk.fs.set_plan(FaultPlan::FailAt {
+        n: 1,
+        kinds: OpKinds::only(OpKind::Write),
+    });
+    let failed = rt.block_on(log.append_many(vec![
+        (
+            0,
+            vec![NewRecord::value(2, Bytes::from_static(b"failed, p0"))],
+        ),
+        (
+            1,
+            vec![NewRecord::value(2, Bytes::from_static(b"failed, p1"))],
+        ),
+    ]));
+    assert!(failed.is_err(), "the request fails: {failed:?}");
+    disk.fs.set_plan(FaultPlan::None);
+    let (offset, _) = rt
+        .block_on(log.append(0, vec![NewRecord::value(3, second.clone())]))
+        .expect("second append");
+    assert_eq!(offset, 1, "the undone offset is taken again");
+    disk.fs.cut_power();
+    drop((log, store));
+    for mode in [
+        CrashMode::Overwritten,
+        CrashMode::KeepAll,
+        CrashMode::Strict,
+    ] {
+        let dir = super::harness::scratch();
+        let image = dir.path().join("disk");
+        disk.fs.write_crash_image(&image, mode).expect("image");
+        let (disk, store) = open_image(&image);
+        let log = store
+            .open_log("undo", 2, LogOptions::default())
+            .expect("reopen");
+        let values: Vec<Bytes> = all_records(&log, 0)
+            .into_iter()
+            .filter_map(|r| r.value)
+            .collect();
+        assert_eq!(
+            values,
+            vec![first.clone(), second.clone()],
+            "image {mode:?}"
+        );
+        assert!(all_records(&log, 1).is_empty(), "image {mode:?}");
+        verify_clean(&disk, store);
+    }
+}
+
+// ---------------------------------------------------------------- a failed roll
+
+/// A roll whose new segment cannot be made (here the removal of a leftover file at its name
+/// fails) leaves the old segment active; a small append still fits there and is acknowledged,
+/// and the log closes cleanly (its checkpoint lets the journal go). After a power cut that keeps
+/// only synced bytes the record must be there: the checkpoint synced the segment it lives in.
+pub fn a_failed_roll_leaves_its_segment_checkpointed() {
+    let disk = Disk::new();
+    let store = Store::open_with(&disk.root, disk.options()).expect("store");
+    let options = LogOptions::default()
+        .with_segment_bytes(16 << 10)
+        .with_journal_bytes(64 << 10);
+    let log = store.open_log("rolled", 1, options.clone()).expect("log");
+    let value = |n: usize, byte: u8| Bytes::from(vec![byte; n]);
+    let mut acked = Vec::new();
+    for byte in 1..=3u8 {
+        let v = value(5000, byte);
+        log.append_blocking(0, vec![NewRecord::value(1, v.clone())])
+            .expect("fills the segment");
+        acked.push(v);
+    }
+    settle(&disk);
+    disk.fs.set_plan(FaultPlan::FailAt {
+        n: 0,
+        kinds: OpKinds::only(OpKind::Unlink),
+    });
+    let big = log.append_blocking(0, vec![NewRecord::value(1, value(6000, 9))]);
+    assert!(big.is_err(), "the roll it needs fails: {big:?}");
+    disk.fs.set_plan(FaultPlan::None);
+    let small = value(100, 4);
+    log.append_blocking(0, vec![NewRecord::value(1, small.clone())])
+        .expect("a small append fits the old segment");
+    acked.push(small);
+    store.close_blocking().expect("a clean close");
+    disk.fs.cut_power();
+    drop((log, store));
+    let dir = super::harness::scratch();
+    let image = dir.path().join("disk");
+    disk.fs
+        .write_crash_image(&image, CrashMode::Strict)
+        .expect("image");
+    let (disk, store) = open_image(&image);
+    let log = store.open_log("rolled", 1, options).expect("reopen");
+    let summary =
+        |values: &[Bytes]| -> Vec<(usize, u8)> { values.iter().map(|v| (v.len(), v[0])).collect() };
+    let values: Vec<Bytes> = all_records(&log, 0)
+        .into_iter()
+        .filter_map(|r| r.value)
+        .collect();
+    assert_eq!(
+        summary(&values),
+        summary(&acked),
+        "every acknowledged record (length, byte), in order"
+    );
+    assert_eq!(values, acked);
+    verify_clean(&disk, store);
+}
+
+// ---------------------------------------------------------------- a late preparation
+
+/// The journal preparer is held just before it writes the zeros of its first preparation in
+/// journal file 0, while a request too large for the rest of file 0 starts file 1, a
+/// checkpoint covers file 0, and appends fill file 1 and go on in file 2 (file 0 recycled, if
+/// it was kept as the spare). Then the preparer runs: its zeros must not land on the frames
+/// of acknowledged appends, whatever file they are in now.
+pub fn a_late_preparation_never_zeroes_a_recycled_file() {
+    let disk = Disk::new();
+    let store = Store::open_with(&disk.root, disk.options()).expect("store");
+    let options = LogOptions::default()
+        .with_segment_bytes(1 << 20)
+        .with_journal_bytes(64 << 10);
+    let log = store.open_log("late", 1, options.clone()).expect("log");
+    settle(&disk);
+    disk.fs.hold_thread(Some(strata::fs::ThreadHold {
+        thread: "strata-prep-".into(),
+        before: 0,
+        kinds: OpKinds::only(OpKind::Write),
+        others: u64::MAX,
+        cut_after: false,
+    }));
+    let mut acked = Vec::new();
+    let mut append = |n: usize, byte: u8| {
+        let value = Bytes::from(vec![byte; n]);
+        let (offset, _) = log
+            .append_blocking(0, vec![NewRecord::value(1, value.clone())])
+            .expect("append");
+        acked.push((offset, value));
+    };
+    append(6000, 1);
+    let start = std::time::Instant::now();
+    while !disk.fs.hold_report().reached {
+        assert!(start.elapsed().as_secs() < 10, "the preparer never started");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    append(60_000, 2); // does not fit the rest of file 0: file 1 starts
+    log.checkpoint_blocking().expect("file 0 is covered");
+    for byte in 3..9 {
+        append(6000, byte); // the first fills file 1; the rest go to file 2
+    }
+    // Let the preparer write and sync its zeros, and cut the power at once (before the log's
+    // background checkpoint, 100 ms apart, makes the segment durable and the journal moot).
+    let syncs = disk.fs.count(OpKinds::only(OpKind::Sync));
+    disk.fs.hold_thread(None);
+    while disk.fs.count(OpKinds::only(OpKind::Sync)) == syncs {
+        assert!(start.elapsed().as_secs() < 20, "the preparer never went on");
+        std::thread::yield_now();
+    }
+    disk.fs.cut_power();
+    drop((log, store));
+    for mode in [CrashMode::Strict, CrashMode::KeepAll] {
+        let dir = super::harness::scratch();
+        let image = dir.path().join("disk");
+        disk.fs.write_crash_image(&image, mode).expect("image");
+        let (disk, store) = open_image(&image);
+        let log = store.open_log("late", 1, options.clone()).expect("reopen");
+        let records = all_records(&log, 0);
+        for (offset, value) in &acked {
+            let found = records.get(*offset as usize).and_then(|r| r.value.as_ref());
+            assert!(
+                found == Some(value),
+                "image {mode:?}: acknowledged offset {offset} lost"
+            );
+        }
+        verify_clean(&disk, store);
     }
 }
