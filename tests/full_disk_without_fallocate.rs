@@ -13,7 +13,7 @@ use std::process::Command;
 
 use bytes::Bytes;
 use strata::segment::NewRecord;
-use strata::{LogOptions, Store, StoreError};
+use strata::{Durability, LogOptions, Store, StoreError};
 
 /// The child's work directory, when this process is the child.
 const CHILD: &str = "STRATA_NO_FALLOCATE_CHILD";
@@ -61,10 +61,12 @@ impl Drop for LoopMount {
     }
 }
 
+/// A buffered log: no journal, so an append's only write is its copy into the segment, the
+/// write that meets the full disk (a journaled log's `pwrite`s would meet it first).
 fn options() -> LogOptions {
     LogOptions::default()
         .with_segment_bytes(1 << 20)
-        .with_journal_bytes(256 << 10)
+        .with_durability(Durability::Interval(std::time::Duration::from_millis(50)))
 }
 
 fn record(i: u32) -> Vec<NewRecord> {

@@ -834,17 +834,40 @@ fn settle(disk: &Disk) {
     }
 }
 
+/// A fresh disk with a store and log `name` on it.
+fn fresh_log(name: &str, partitions: u32, options: &LogOptions) -> (Disk, Store, Log) {
+    let disk = Disk::new();
+    let store = Store::open_with(&disk.root, disk.options()).expect("store");
+    let log = store
+        .open_log(name, partitions, options.clone())
+        .expect("log");
+    (disk, store, log)
+}
+
+/// Writes the crash image `mode` of `disk` (whose power is off) and opens log `name` on it.
+fn reopen_image(
+    disk: &Disk,
+    mode: CrashMode,
+    (name, partitions, options): (&str, u32, &LogOptions),
+) -> (Disk, Store, Log) {
+    let dir = super::harness::scratch();
+    let image = dir.path().join("disk");
+    disk.fs.write_crash_image(&image, mode).expect("image");
+    let (disk, store) = open_image(&image);
+    let log = store
+        .open_log(name, partitions, options.clone())
+        .unwrap_or_else(|e| panic!("image {mode:?}: the log does not open: {e}"));
+    (disk, store, log)
+}
+
 /// A request whose second batch fails once its first was copied into partition 0's mapping is
 /// undone there (zeroed in memory); the next append takes the same offset and is acknowledged;
 /// then the power fails in each way the page may have reached the disk, the undone batch
 /// included (written back before the undo, which itself never reached the disk). Reopened, the
 /// offset holds the acknowledged record, never the failed request's.
 pub fn an_undone_batch_never_takes_an_acknowledged_offset() {
-    let disk = Disk::new();
-    let store = Store::open_with(&disk.root, disk.options()).expect("store");
-    let log = store
-        .open_log("undo", 2, LogOptions::default())
-        .expect("log");
+    let options = LogOptions::default();
+    let (disk, store, log) = fresh_log("undo", 2, &options);
     let rt = runtime();
     let first = Bytes::from_static(b"acknowledged, offset 0");
     let second = Bytes::from_static(b"acknowledged, offset 1");
@@ -879,13 +902,7 @@ pub fn an_undone_batch_never_takes_an_acknowledged_offset() {
         CrashMode::KeepAll,
         CrashMode::Strict,
     ] {
-        let dir = super::harness::scratch();
-        let image = dir.path().join("disk");
-        disk.fs.write_crash_image(&image, mode).expect("image");
-        let (disk, store) = open_image(&image);
-        let log = store
-            .open_log("undo", 2, LogOptions::default())
-            .expect("reopen");
+        let (disk, store, log) = reopen_image(&disk, mode, ("undo", 2, &options));
         let values: Vec<Bytes> = all_records(&log, 0)
             .into_iter()
             .filter_map(|r| r.value)
@@ -907,12 +924,10 @@ pub fn an_undone_batch_never_takes_an_acknowledged_offset() {
 /// and the log closes cleanly (its checkpoint lets the journal go). After a power cut that keeps
 /// only synced bytes the record must be there: the checkpoint synced the segment it lives in.
 pub fn a_failed_roll_leaves_its_segment_checkpointed() {
-    let disk = Disk::new();
-    let store = Store::open_with(&disk.root, disk.options()).expect("store");
     let options = LogOptions::default()
         .with_segment_bytes(16 << 10)
         .with_journal_bytes(64 << 10);
-    let log = store.open_log("rolled", 1, options.clone()).expect("log");
+    let (disk, store, log) = fresh_log("rolled", 1, &options);
     let value = |n: usize, byte: u8| Bytes::from(vec![byte; n]);
     let mut acked = Vec::new();
     for byte in 1..=3u8 {
@@ -936,13 +951,7 @@ pub fn a_failed_roll_leaves_its_segment_checkpointed() {
     store.close_blocking().expect("a clean close");
     disk.fs.cut_power();
     drop((log, store));
-    let dir = super::harness::scratch();
-    let image = dir.path().join("disk");
-    disk.fs
-        .write_crash_image(&image, CrashMode::Strict)
-        .expect("image");
-    let (disk, store) = open_image(&image);
-    let log = store.open_log("rolled", 1, options).expect("reopen");
+    let (disk, store, log) = reopen_image(&disk, CrashMode::Strict, ("rolled", 1, &options));
     let summary =
         |values: &[Bytes]| -> Vec<(usize, u8)> { values.iter().map(|v| (v.len(), v[0])).collect() };
     let values: Vec<Bytes> = all_records(&log, 0)
@@ -966,12 +975,10 @@ pub fn a_failed_roll_leaves_its_segment_checkpointed() {
 /// it was kept as the spare). Then the preparer runs: its zeros must not land on the frames
 /// of acknowledged appends, whatever file they are in now.
 pub fn a_late_preparation_never_zeroes_a_recycled_file() {
-    let disk = Disk::new();
-    let store = Store::open_with(&disk.root, disk.options()).expect("store");
     let options = LogOptions::default()
         .with_segment_bytes(1 << 20)
         .with_journal_bytes(64 << 10);
-    let log = store.open_log("late", 1, options.clone()).expect("log");
+    let (disk, store, log) = fresh_log("late", 1, &options);
     settle(&disk);
     disk.fs.hold_thread(Some(strata::fs::ThreadHold {
         thread: "strata-prep-".into(),
@@ -1010,11 +1017,7 @@ pub fn a_late_preparation_never_zeroes_a_recycled_file() {
     disk.fs.cut_power();
     drop((log, store));
     for mode in [CrashMode::Strict, CrashMode::KeepAll] {
-        let dir = super::harness::scratch();
-        let image = dir.path().join("disk");
-        disk.fs.write_crash_image(&image, mode).expect("image");
-        let (disk, store) = open_image(&image);
-        let log = store.open_log("late", 1, options.clone()).expect("reopen");
+        let (disk, store, log) = reopen_image(&disk, mode, ("late", 1, &options));
         let records = all_records(&log, 0);
         for (offset, value) in &acked {
             let found = records.get(*offset as usize).and_then(|r| r.value.as_ref());
