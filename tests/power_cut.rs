@@ -28,7 +28,7 @@ use power_cut::harness::{
     fill_disk_at_fractions, Images,
 };
 use power_cut::log_paths::{
-    Appends, CheckpointedAppends, Compaction, JournalRecycling, Manifest, Retention,
+    Appends, CheckpointedAppends, Compaction, JournalRecycling, Manifest, Retention, UndoneAppends,
 };
 use power_cut::positions_paths::Positions;
 use strata::fs::OpKinds;
@@ -129,6 +129,13 @@ fn log_paths_answer_each_failed_operation_and_keep_working() {
     fail_each_operation(&Compaction, 2);
     fail_each_operation(&Manifest, 1);
     fail_each_operation(&JournalRecycling { large: 1 }, 1);
+}
+
+/// Every operation of requests that span two partitions failed in turn, then the power cut:
+/// an undone batch that write-back made durable never takes an acknowledged offset.
+#[test]
+fn undone_requests_survive_each_failed_operation_and_a_power_cut() {
+    fail_each_operation(&UndoneAppends, 1);
 }
 
 #[test]

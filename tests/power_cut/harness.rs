@@ -376,7 +376,9 @@ pub fn explore_interleavings<W: Workload>(w: &W, thread: &str, others: &[u64]) -
 }
 
 /// Fails each operation of the workload in turn (once, with EIO) and checks that the store
-/// answered with errors, lost nothing acknowledged and ends intact. Returns the runs made.
+/// answered with errors, lost nothing acknowledged and ends intact; then the crash images a
+/// power cut would leave after the run, and after a second run cut half-way. Returns the runs
+/// made.
 pub fn fail_each_operation<W: Workload>(w: &W, stride: u64) -> u64 {
     let dry = Disk::new();
     let mut acks = W::Acks::default();
@@ -410,6 +412,18 @@ pub fn fail_each_operation<W: Workload>(w: &W, stride: u64) -> u64 {
         // write-back may have made durable before it) must not take an acknowledged record's
         // place.
         let failed = format!("{context}, then ");
+        check_images(w, &disk, &acks, (n, &failed), Images::after_fault());
+        // And with the power cut half-way instead of a clean close: the undo's bytes and the
+        // appends after it not yet covered by any checkpoint.
+        let disk = Disk::new();
+        disk.fs.set_plan(FaultPlan::FailAt {
+            n,
+            kinds: OpKinds::ALL,
+        });
+        let mut acks = W::Acks::default();
+        let fs = disk.fs.clone();
+        w.run(&disk, &mut acks, &move || fs.cut_power());
+        let failed = format!("{context}, then the power cut half-way: ");
         check_images(w, &disk, &acks, (n, &failed), Images::after_fault());
         runs += 1;
     }

@@ -1029,3 +1029,78 @@ pub fn a_late_preparation_never_zeroes_a_recycled_file() {
         verify_clean(&disk, store);
     }
 }
+
+// ---------------------------------------------------------------- undone requests
+
+/// One writer alternating single appends to partition 0 with requests to partitions 0 and 1,
+/// so that a failed operation often undoes a batch already copied into partition 0 and the next
+/// append takes its offset again; the halfway mark after step 6.
+pub struct UndoneAppends;
+
+impl Workload for UndoneAppends {
+    type Acks = AppendAcks;
+
+    fn name(&self) -> &'static str {
+        "undone appends"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn()) {
+        let options = LogOptions::default().with_segment_bytes(64 << 10);
+        let Some((store, log)) = open_log(disk, (&mut acks.tally, between), "undone", 2, options)
+        else {
+            return;
+        };
+        for step in 0..12u64 {
+            if disk.dead() {
+                return;
+            }
+            if step == 6 {
+                between();
+                acks.tally.halfway = true;
+            }
+            let record = |p: u32| {
+                let value = payload(step, p as usize, 0, 1, 200);
+                (p, vec![NewRecord::value(1, value)])
+            };
+            let items = match step % 2 {
+                0 => vec![record(0)],
+                _ => vec![record(0), record(1)],
+            };
+            let values: Vec<(u32, Bytes)> = items
+                .iter()
+                .map(|(p, r)| (*p, r[0].value.clone().unwrap_or_default()))
+                .collect();
+            match log.append_many_blocking(items) {
+                Ok(ranges) => {
+                    for ((p, value), (first, _)) in values.into_iter().zip(ranges) {
+                        acks.records.insert((p, first), value);
+                    }
+                }
+                Err(_) => acks.tally.error(),
+            }
+        }
+        acks.tally.probe_ok = !disk.dead() && runtime().block_on(probe(&log, 2));
+        let _ = store.close_blocking();
+    }
+
+    fn check(&self, root: &Path, acks: &AppendAcks) {
+        let (disk, store) = open_image(root);
+        let options = LogOptions::default().with_segment_bytes(64 << 10);
+        let log = store.open_log("undone", 2, options).expect("the log opens");
+        for p in 0..2 {
+            let records = all_records(&log, p);
+            for ((_, offset), value) in acks.records.range((p, 0)..(p + 1, 0)) {
+                let found = records.get(*offset as usize).and_then(|r| r.value.as_ref());
+                assert!(
+                    found == Some(value),
+                    "partition {p}: acknowledged offset {offset} lost"
+                );
+            }
+        }
+        verify_clean(&disk, store);
+    }
+
+    fn outcome(&self, acks: &AppendAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+}
