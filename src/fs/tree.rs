@@ -68,14 +68,7 @@ impl FileNode {
             if !self.saved.contains_key(&page) && from + PAGE <= self.durable_len {
                 continue;
             }
-            let mut bytes = vec![0u8; PAGE as usize];
-            let mut read = 0;
-            while read < bytes.len() {
-                match file.read_at(&mut bytes[read..], from + read as u64)? {
-                    0 => break,
-                    n => read += n,
-                }
-            }
+            let bytes = read_at_most(file, from, PAGE)?;
             let (a, b) = (offset.max(from), end.min(from + PAGE));
             let changes_written = (a..b).any(|i| {
                 let current = bytes[(i - from) as usize];
@@ -106,14 +99,7 @@ impl FileNode {
             }
             let from = page * PAGE;
             let to = ((page + 1) * PAGE).min(self.durable_len);
-            let mut bytes = vec![0u8; (to - from) as usize];
-            let mut read = 0;
-            while read < bytes.len() {
-                match file.read_at(&mut bytes[read..], from + read as u64)? {
-                    0 => break,
-                    n => read += n,
-                }
-            }
+            let bytes = read_at_most(file, from, to - from)?;
             self.saved.insert(page, bytes);
         }
         Ok(())
@@ -125,6 +111,19 @@ impl FileNode {
         self.saved.clear();
         self.versions.clear();
     }
+}
+
+/// `len` bytes of `file` from `from`, zeros where the file ends sooner.
+fn read_at_most(file: &File, from: u64, len: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = vec![0u8; len as usize];
+    let mut read = 0;
+    while read < bytes.len() {
+        match file.read_at(&mut bytes[read..], from + read as u64)? {
+            0 => break,
+            n => read += n,
+        }
+    }
+    Ok(bytes)
 }
 
 /// One change to a directory's entries.

@@ -142,23 +142,6 @@ impl PartitionWriter {
         }
     }
 
-    /// Syncs the active segment and records its length as its durable floor in its index (a
-    /// checkpoint of this one partition, under its lock).
-    pub fn checkpoint(&mut self, p: &Partition) -> StoreResult<()> {
-        self.heal(p)?;
-        let job = self.active.detach_sync(Some(p.fs.clone()));
-        match job.run(p.id) {
-            Ok(()) => {
-                self.active.mark_synced(job.len);
-                Ok(())
-            }
-            Err(e) => {
-                self.poisoned = Some(e.to_string());
-                Err(e)
-            }
-        }
-    }
-
     /// Seals the active segment (synced, indexed, readable in full) and starts a new one at the
     /// next offset, big enough for `needed` bytes of batches. If the new segment cannot be made
     /// (a full disk), the old one stays active and the next write tries again.

@@ -298,7 +298,7 @@ impl LogInner {
         let mut first_error = None;
         let mut synced_any = false;
         for p in &self.partitions {
-            match self.sync_partition(p, mark) {
+            match p.sync_active(mark) {
                 Ok(synced) => synced_any |= synced,
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -309,32 +309,6 @@ impl LogInner {
             self.sync_rounds.fetch_add(1, Ordering::Relaxed);
         }
         first_error.map_or(Ok(()), Err)
-    }
-
-    /// Syncs one partition's active segment outside its lock (see [`crate::segment::detached_sync`]);
-    /// false if there was nothing to sync.
-    fn sync_partition(&self, p: &Partition, mark: bool) -> StoreResult<bool> {
-        let job = {
-            let mut w = p.lock_writer();
-            w.heal(p)?;
-            if w.active.unsynced() == 0 && !mark {
-                return Ok(false);
-            }
-            w.active.detach_sync(mark.then(|| p.fs.clone()))
-        };
-        let ran = job.run(p.id);
-        let mut w = p.lock_writer();
-        match ran {
-            Ok(()) if w.active.base_offset() == job.base => w.active.mark_synced(job.len),
-            Ok(()) => {}
-            Err(e) => {
-                if w.active.base_offset() == job.base {
-                    w.poisoned.get_or_insert_with(|| e.to_string());
-                }
-                return Err(e);
-            }
-        }
-        Ok(true)
     }
 
     /// A checkpoint: syncs every partition's active segment and records, in its index (written

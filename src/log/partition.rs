@@ -241,6 +241,33 @@ impl Partition {
         Ok((partition, report))
     }
 
+    /// Syncs the active segment outside the partition's lock (see
+    /// [`crate::segment::detached_sync`]); with `mark`, also records its durable length in its
+    /// index (a checkpoint of this partition). False if there was nothing to sync.
+    pub fn sync_active(&self, mark: bool) -> StoreResult<bool> {
+        let job = {
+            let mut w = self.lock_writer();
+            w.heal(self)?;
+            if w.active.unsynced() == 0 && !mark {
+                return Ok(false);
+            }
+            w.active.detach_sync(mark.then(|| self.fs.clone()))
+        };
+        let ran = job.run(self.id);
+        let mut w = self.lock_writer();
+        match ran {
+            Ok(()) if w.active.base_offset() == job.base => w.active.mark_synced(job.len),
+            Ok(()) => {}
+            Err(e) => {
+                if w.active.base_offset() == job.base {
+                    w.poisoned.get_or_insert_with(|| e.to_string());
+                }
+                return Err(e);
+            }
+        }
+        Ok(true)
+    }
+
     /// The write side, locked.
     pub fn lock_writer(&self) -> std::sync::MutexGuard<'_, PartitionWriter> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())

@@ -63,11 +63,11 @@ pub(crate) fn replay(
     }
     // Appends whose last batch never made it are not applied at all.
     for p in partitions {
-        let mut writer = p.lock_writer();
-        if (checkpoint || !scan.is_empty()) && !writer.active.is_empty() {
-            writer.checkpoint(p)?;
+        let holds_data = !p.lock_writer().active.is_empty();
+        if (checkpoint || !scan.is_empty()) && holds_data {
+            p.sync_active(true)?;
         } else {
-            writer.sync()?;
+            p.lock_writer().sync()?;
         }
     }
     for path in &scan.paths {
