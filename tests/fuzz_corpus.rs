@@ -122,15 +122,15 @@ fn positions_decode_corpus() {
     run("positions_decode", properties::positions_round_trip);
 }
 
-/// No libFuzzer target: `fuzz/` builds Strata without the `ursula` feature (no C++), and the group
-/// engine's codecs live behind it. The mutations here are its only fuzzing.
+/// The group commit record codec (behind `ursula`; its libFuzzer target builds with
+/// `--features ursula`).
 #[cfg(feature = "ursula")]
 #[test]
 fn commit_record_decode_corpus() {
     run("commit_record_decode", properties::commit_record_round_trip);
 }
 
-/// The group stream row codec (behind `ursula`, like the commit record: mutations only).
+/// The group stream row codec, binary and JSON (behind `ursula`, like the commit record).
 #[cfg(feature = "ursula")]
 #[test]
 fn stream_row_decode_corpus() {
