@@ -97,6 +97,33 @@ fn checkpoints_in_every_place_among_the_appenders() {
     );
 }
 
+/// The maintenance thread's compaction passes held before each of their operations while the
+/// keyed writes go on, then the power cut: a deleted key never comes back, no acknowledged
+/// value is lost.
+#[test]
+fn background_compaction_in_every_place_among_the_appenders() {
+    let seen = explore_interleavings(
+        &Compaction { background: true },
+        "strata-maintenance-",
+        &[0, 4, 32],
+    );
+    assert!(
+        seen.reached > 0 && seen.cut > 0,
+        "the held operations were reached: {seen:?}"
+    );
+}
+
+/// The group engine's payload log: its journal preparer held before each of its operations
+/// while stream commands, checkpoints and cold work go on, then the power cut.
+#[test]
+fn the_payload_journal_preparer_in_every_place_among_group_commands() {
+    let seen = explore_interleavings(&Group, "strata-prep-", &[0, 2, 8, 32, 128]);
+    assert!(
+        seen.reached > 0 && seen.cut > 0,
+        "the held operations were reached: {seen:?}"
+    );
+}
+
 #[test]
 fn a_late_preparation_never_zeroes_a_recycled_journal_file() {
     power_cut::log_paths::a_late_preparation_never_zeroes_a_recycled_file();
@@ -114,7 +141,10 @@ fn an_undone_batch_never_takes_an_acknowledged_offset() {
 
 #[test]
 fn keyed_compaction_never_brings_a_deleted_key_back() {
-    explore(&Compaction, OpKinds::SYNC_RENAME_UNLINK);
+    explore(
+        &Compaction { background: false },
+        OpKinds::SYNC_RENAME_UNLINK,
+    );
 }
 
 #[test]
@@ -126,7 +156,7 @@ fn the_manifest_survives_a_power_cut_at_every_sync_rename_and_unlink() {
 fn log_paths_answer_each_failed_operation_and_keep_working() {
     fail_each_operation(&Appends, 3);
     fail_each_operation(&Retention, 2);
-    fail_each_operation(&Compaction, 2);
+    fail_each_operation(&Compaction { background: false }, 2);
     fail_each_operation(&Manifest, 1);
     fail_each_operation(&JournalRecycling { large: 1 }, 1);
 }
@@ -142,7 +172,7 @@ fn undone_requests_survive_each_failed_operation_and_a_power_cut() {
 fn log_paths_recover_once_a_full_disk_has_space_again() {
     fill_disk_at_fractions(&Appends);
     fill_disk_at_fractions(&Retention);
-    fill_disk_at_fractions(&Compaction);
+    fill_disk_at_fractions(&Compaction { background: false });
     fill_disk_at_fractions(&JournalRecycling { large: 1 });
 }
 
@@ -177,7 +207,7 @@ fn group_commands_answer_each_failed_operation_and_recover_from_a_full_disk() {
 fn every_write_path_survives_power_cuts_at_random_operations() {
     explore_random(&Appends, 24);
     explore_random(&Retention, 12);
-    explore_random(&Compaction, 24);
+    explore_random(&Compaction { background: false }, 24);
     explore_random(&Coordination, 12);
     explore_random(&Group, 24);
 }

@@ -118,11 +118,26 @@ pub trait Workload: Sync {
     }
 }
 
+/// Whether `STRATA_POWER_CUT_LONG` asks for the long version.
+fn long() -> bool {
+    std::env::var("STRATA_POWER_CUT_LONG").is_ok_and(|v| v != "0")
+}
+
 /// How hard to look: `STRATA_POWER_CUT_LONG=1` explores with more random images per point.
 pub fn random_images_per_point() -> u64 {
-    match std::env::var("STRATA_POWER_CUT_LONG") {
-        Ok(v) if v != "0" => 16,
-        _ => 3,
+    if long() {
+        16
+    } else {
+        3
+    }
+}
+
+/// The foreground operation counts a held thread waits for: the given samples, or in the long
+/// version every count from 0 to the largest sample.
+fn others_to_explore(samples: &[u64]) -> Vec<u64> {
+    match samples.iter().max() {
+        Some(&most) if long() => (0..=most).collect(),
+        _ => samples.to_vec(),
     }
 }
 
@@ -326,9 +341,10 @@ pub struct Interleavings {
 }
 
 /// Holds the thread named `thread` (a prefix) before each of its file operations in turn while
-/// the other threads make each count of operations in `others` (or wait for it), then cuts the
-/// power just after the held operation, and checks the crash images: every place a background
-/// operation can take among the foreground's, crashed there.
+/// the other threads make each count of operations in `others` (or wait for it; the long
+/// version takes every count up to the largest), then cuts the power just after the held
+/// operation, and checks the crash images: every place a background operation can take among
+/// the foreground's, crashed there.
 pub fn explore_interleavings<W: Workload>(w: &W, thread: &str, others: &[u64]) -> Interleavings {
     let hold = |before, others| ThreadHold {
         thread: thread.to_string(),
@@ -353,8 +369,9 @@ pub fn explore_interleavings<W: Workload>(w: &W, thread: &str, others: &[u64]) -
         "{}: no operation of thread {thread} to hold",
         w.name()
     );
+    let others = others_to_explore(others);
     for n in 0..seen.operations {
-        for &o in others {
+        for &o in &others {
             let disk = Disk::new();
             disk.fs.hold_thread(Some(hold(n, o)));
             let mut acks = W::Acks::default();

@@ -554,7 +554,12 @@ const ROUND: usize = 8;
 /// round's segment and rewrites the odd one without the tombstone: the window in which a
 /// deleted key could come back. After a power cut each key shows its last
 /// acknowledged value, or that of a later write whose outcome is unknown.
-pub struct Compaction;
+///
+/// `background`: the log's maintenance thread (every millisecond) runs the passes instead of
+/// the writer, racing the appends (the writer pauses a few milliseconds after each round).
+pub struct Compaction {
+    pub background: bool,
+}
 
 /// Every write in order: key, value (`None`: delete), and whether it was acknowledged.
 #[derive(Debug, Default)]
@@ -578,6 +583,21 @@ impl CompactionAcks {
 }
 
 impl Compaction {
+    /// The log's options: background maintenance every millisecond if `background`.
+    fn options(&self) -> LogOptions {
+        let period = self.background.then(|| std::time::Duration::from_millis(1));
+        compaction_options().with_maintenance_interval(period)
+    }
+
+    /// One compaction pass after a round: the writer's own, or a pause for the thread's.
+    fn pass(&self, log: &Log) -> bool {
+        if self.background {
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            return true;
+        }
+        log.compact_partition(0, strata::now_ms()).is_ok()
+    }
+
     /// The key and value (`None`: delete) of write `i`.
     fn write(i: usize) -> (Bytes, Option<Bytes>) {
         let (round, j) = (i / ROUND, i % ROUND);
@@ -594,17 +614,17 @@ impl Workload for Compaction {
     type Acks = CompactionAcks;
 
     fn name(&self) -> &'static str {
-        "keyed compaction"
+        if self.background {
+            "keyed compaction by the maintenance thread"
+        } else {
+            "keyed compaction"
+        }
     }
 
     fn run(&self, disk: &Disk, acks: &mut CompactionAcks, between: &dyn Fn()) {
-        let Some((store, log)) = open_log(
-            disk,
-            (&mut acks.tally, between),
-            "table",
-            1,
-            compaction_options(),
-        ) else {
+        let Some((store, log)) =
+            open_log(disk, (&mut acks.tally, between), "table", 1, self.options())
+        else {
             return;
         };
         let rt = runtime();
@@ -624,7 +644,7 @@ impl Workload for Compaction {
                 acks.tally.error();
             }
             acks.writes.push((k, value, acked));
-            if i % ROUND == ROUND - 1 && log.compact_partition(0, strata::now_ms()).is_err() {
+            if i % ROUND == ROUND - 1 && !self.pass(&log) {
                 acks.tally.error();
             }
         }
@@ -636,7 +656,7 @@ impl Workload for Compaction {
 
     fn check(&self, root: &Path, acks: &CompactionAcks) {
         let (disk, store) = open_image(root);
-        let log = store.open_log("table", 1, compaction_options()).unwrap();
+        let log = store.open_log("table", 1, self.options()).unwrap();
         let mut visible: BTreeMap<Bytes, Option<Bytes>> = BTreeMap::new();
         let mut last = -1;
         for r in all_records(&log, 0) {
