@@ -145,3 +145,12 @@ pub(crate) fn cold_cache(hit: bool) {
     let result = if hit { "hit" } else { "miss" };
     metrics::counter!("strata_cold_cache_reads_total", "result" => result).increment(1);
 }
+
+/// Cold-GC entries of `group` whose delete failed and were set aside for a later pass (`set`),
+/// and how many are set aside now.
+#[cfg(feature = "ursula")]
+pub(crate) fn cold_gc_set_aside(group: &str, set: u64, now: usize) {
+    metrics::counter!("strata_cold_gc_set_aside_total", "group" => group.to_string())
+        .increment(set);
+    metrics::gauge!("strata_cold_gc_set_aside", "group" => group.to_string()).set(now as f64);
+}

@@ -4,11 +4,17 @@
 #[cfg(feature = "ursula")]
 mod cache;
 #[cfg(feature = "ursula")]
+mod fault;
+#[cfg(feature = "ursula")]
 mod local;
 mod object;
 #[cfg(feature = "ursula")]
 mod store;
+#[cfg(feature = "ursula")]
+mod timeouts;
 
+#[cfg(feature = "ursula")]
+pub use fault::{FaultObjectStore, ObjectFault, ObjectOp};
 #[cfg(feature = "ursula")]
 pub use local::TMP_MARK;
 pub use object::{
@@ -16,7 +22,9 @@ pub use object::{
     COLD_OBJECT_SUFFIX, COLD_OBJECT_VERSION,
 };
 #[cfg(feature = "ursula")]
-pub use store::{ColdStore, DeleteHold, S3Config, UploadGuard, COLD_CACHE_BYTES};
+pub use store::{ColdStore, DeleteHold, S3Config, UploadCheck, UploadGuard, COLD_CACHE_BYTES};
+#[cfg(feature = "ursula")]
+pub use timeouts::ColdTimeouts;
 
 /// Errors of the cold tier.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +43,26 @@ pub enum ColdError {
         offset: u64,
         /// What was wrong.
         reason: String,
+    },
+    /// An object is intact but does not hold what the chunk referencing it says (another
+    /// object under its name, or an upload the store kept short or altered).
+    #[error("cold object {path} does not hold what its chunk references: {reason}")]
+    Mismatch {
+        /// Object path.
+        path: String,
+        /// What differed.
+        reason: String,
+    },
+    /// The object store did not answer within the cold store's deadline
+    /// (`ColdTimeouts::deadline`); the request may or may not have taken effect.
+    #[error("object store: {operation} {path} did not finish within {after:?}")]
+    Timeout {
+        /// The request (`put`, `get`, `head`, `delete`, `list`).
+        operation: &'static str,
+        /// Object path (or list prefix).
+        path: String,
+        /// The deadline that passed.
+        after: std::time::Duration,
     },
     /// An object could not be encoded.
     #[error("cannot encode cold object: {0}")]

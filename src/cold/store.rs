@@ -5,16 +5,19 @@ use std::collections::HashSet;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
+use object_store::aws::Checksum;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+use ursula_stream::ColdChunkRef;
 
 use super::cache::ObjectCache;
 use super::local::{off_executor, LocalDir};
-use super::{decode_cold_object, ColdError, COLD_OBJECT_SUFFIX};
+use super::{decode_cold_object, ColdError, ColdTimeouts, COLD_OBJECT_SUFFIX};
 use crate::fs::{Fs, RealFs};
 use crate::hold::Holds;
 
@@ -37,6 +40,10 @@ pub struct ColdStore {
     uploading: Arc<Mutex<HashSet<String>>>,
     /// Backups in progress that need every object kept (see [`ColdStore::hold_deletes`]).
     delete_holds: Holds,
+    /// How uploads are checked ([`ColdStore::put_verified`]).
+    upload_check: UploadCheck,
+    /// Longest one call to a remote store may take ([`ColdTimeouts::deadline`]).
+    deadline: Duration,
 }
 
 /// Refuses [`ColdStore::delete`] until dropped (a backup copying what the objects' group
@@ -71,8 +78,21 @@ impl std::fmt::Debug for ColdStore {
     }
 }
 
+/// How [`ColdStore::put_verified`] checks an upload before a chunk may reference it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UploadCheck {
+    /// The stored size must be exactly the uploaded length (one HEAD). Enough where the store
+    /// itself verifies the body: the local store (it writes through the file layer), and S3
+    /// with a checksum the server checks ([`S3Config::checksum`]).
+    Size,
+    /// The object is read back and compared byte for byte (one GET of the whole object): for
+    /// stores that verify nothing.
+    ReadBack,
+}
+
 /// Settings for an S3-compatible cold store (`S3Config::new(bucket).with_endpoint(...)`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct S3Config {
     /// Bucket name.
@@ -85,8 +105,15 @@ pub struct S3Config {
     pub access_key_id: Option<String>,
     /// Secret access key.
     pub secret_access_key: Option<String>,
-    /// Allow plain-HTTP endpoints.
+    /// Allow plain-HTTP endpoints. Default `false`.
     pub allow_http: bool,
+    /// Send a SHA-256 checksum of every upload (`x-amz-checksum-sha256`), which the server
+    /// checks against the body it received; uploads are then checked by size only
+    /// ([`UploadCheck::Size`]). Default `true`; `false` for a server that refuses the header
+    /// (uploads are then read back, [`UploadCheck::ReadBack`]).
+    pub checksum: bool,
+    /// Timeouts and retries of every request. Default [`ColdTimeouts::default`].
+    pub timeouts: ColdTimeouts,
 }
 
 with_setters!(S3Config {
@@ -95,6 +122,8 @@ with_setters!(S3Config {
     with_access_key_id => access_key_id: Option<String>,
     with_secret_access_key => secret_access_key: Option<String>,
     with_allow_http => allow_http: bool,
+    with_checksum => checksum: bool,
+    with_timeouts => timeouts: ColdTimeouts,
 });
 
 impl S3Config {
@@ -102,20 +131,69 @@ impl S3Config {
     pub fn new(bucket: impl Into<String>) -> Self {
         Self {
             bucket: bucket.into(),
-            ..Self::default()
+            endpoint: None,
+            region: None,
+            access_key_id: None,
+            secret_access_key: None,
+            allow_http: false,
+            checksum: true,
+            timeouts: ColdTimeouts::default(),
         }
     }
 }
 
 impl ColdStore {
-    fn with_backend(backend: Backend, description: String) -> Self {
+    fn with_backend(backend: Backend, description: String, upload_check: UploadCheck) -> Self {
         Self {
             backend,
             description,
             cache: Arc::new(Mutex::new(ObjectCache::new(COLD_CACHE_BYTES))),
             uploading: Arc::new(Mutex::new(HashSet::new())),
             delete_holds: Holds::default(),
+            upload_check,
+            deadline: ColdTimeouts::default().deadline,
         }
+    }
+
+    /// The same store failing any call to a remote store that takes longer than `deadline`
+    /// with [`ColdError::Timeout`] (default [`ColdTimeouts::deadline`], 30 s; 1 ms to 10
+    /// minutes). The local store is not bounded by it.
+    pub fn with_deadline(mut self, deadline: Duration) -> Result<Self, ColdError> {
+        ColdTimeouts::default()
+            .with_request(deadline.min(ColdTimeouts::default().request))
+            .with_deadline(deadline)
+            .validate()?;
+        self.deadline = deadline;
+        Ok(self)
+    }
+
+    /// Runs one request `operation` on `path` of a remote store within the deadline.
+    async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        path: &str,
+        request: impl std::future::Future<Output = Result<T, ColdError>>,
+    ) -> Result<T, ColdError> {
+        match tokio::time::timeout(self.deadline, request).await {
+            Ok(answer) => answer,
+            Err(_) => Err(ColdError::Timeout {
+                operation,
+                path: path.to_string(),
+                after: self.deadline,
+            }),
+        }
+    }
+
+    /// The same store checking uploads with `check` (default: [`UploadCheck::Size`] for the
+    /// local store and S3 with checksums, [`UploadCheck::ReadBack`] otherwise).
+    pub fn with_upload_check(mut self, check: UploadCheck) -> Self {
+        self.upload_check = check;
+        self
+    }
+
+    /// How uploads are checked.
+    pub fn upload_check(&self) -> UploadCheck {
+        self.upload_check
     }
 
     /// Holds every deletion through this store (and its clones) until the guard drops:
@@ -140,12 +218,17 @@ impl ColdStore {
 
     /// Decoded bytes the object cache holds now.
     pub fn cached_bytes(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).bytes()
+        self.lock_cache().bytes()
     }
 
-    /// Wraps any object store.
+    /// Wraps any object store; uploads are read back ([`UploadCheck::ReadBack`]) unless
+    /// [`ColdStore::with_upload_check`] says the store verifies them itself.
     pub fn new(store: Arc<dyn ObjectStore>, description: impl Into<String>) -> Self {
-        Self::with_backend(Backend::Remote(store), description.into())
+        Self::with_backend(
+            Backend::Remote(store),
+            description.into(),
+            UploadCheck::ReadBack,
+        )
     }
 
     /// A local-directory cold store rooted at `dir` (created when absent) on the real file
@@ -160,16 +243,33 @@ impl ColdStore {
         Ok(Self::with_backend(
             Backend::Local(local),
             format!("file://{}", dir.display()),
+            UploadCheck::Size,
         ))
     }
 
-    /// An S3-compatible cold store (path-style requests, so any endpoint works).
+    /// An S3-compatible cold store (path-style requests, so any endpoint works), with the
+    /// configuration's timeouts, retries and upload checksums.
     pub fn s3(config: &S3Config) -> Result<Self, ColdError> {
+        let t = config.timeouts;
+        t.validate()?;
+        let client = ClientOptions::new()
+            .with_allow_http(config.allow_http)
+            .with_connect_timeout(t.connect)
+            .with_timeout(t.request);
+        let retry = RetryConfig {
+            max_retries: t.retries,
+            retry_timeout: t.deadline,
+            ..RetryConfig::default()
+        };
         let mut builder = AmazonS3Builder::new()
             .with_bucket_name(&config.bucket)
             .with_region(config.region.as_deref().unwrap_or("us-east-1"))
-            .with_allow_http(config.allow_http)
+            .with_client_options(client)
+            .with_retry(retry)
             .with_virtual_hosted_style_request(false);
+        if config.checksum {
+            builder = builder.with_checksum_algorithm(Checksum::SHA256);
+        }
         if let Some(endpoint) = &config.endpoint {
             builder = builder.with_endpoint(endpoint);
         }
@@ -180,15 +280,22 @@ impl ColdStore {
             builder = builder.with_secret_access_key(secret);
         }
         let store = builder.build()?;
-        Ok(Self::new(
-            Arc::new(store),
-            format!("s3://{}", config.bucket),
-        ))
+        let check = if config.checksum {
+            UploadCheck::Size
+        } else {
+            UploadCheck::ReadBack
+        };
+        Self::new(Arc::new(store), format!("s3://{}", config.bucket))
+            .with_upload_check(check)
+            .with_deadline(t.deadline)
     }
 
-    /// Opens a cold store by URL: `file:///abs/dir` (a local store on the real file system), or `s3://bucket?endpoint=http://host:port`
-    /// (credentials and region from `access_key_id`, `secret_access_key`, `region` query
-    /// parameters or the usual AWS environment variables; `allow_http=true` for plain HTTP).
+    /// Opens a cold store by URL: `file:///abs/dir` (a local store on the real file system), or
+    /// `s3://bucket?endpoint=http://host:port` (credentials and region from `access_key_id`,
+    /// `secret_access_key`, `region` query parameters or the usual AWS environment variables;
+    /// `allow_http=true` for plain HTTP; `checksum=false` to send no upload checksum;
+    /// `connect_timeout_ms`, `request_timeout_ms`, `retries` and `deadline_ms` for
+    /// [`ColdTimeouts`]).
     pub fn from_url(url: &str) -> Result<Self, ColdError> {
         let parsed = url::Url::parse(url).map_err(|e| ColdError::Config(format!("{url}: {e}")))?;
         match parsed.scheme() {
@@ -221,6 +328,8 @@ impl ColdStore {
                     access_key_id: query("access_key_id").or_else(|| env("AWS_ACCESS_KEY_ID")),
                     secret_access_key: query("secret_access_key")
                         .or_else(|| env("AWS_SECRET_ACCESS_KEY")),
+                    checksum: query("checksum").as_deref() != Some("false"),
+                    timeouts: ColdTimeouts::default().with_query(query)?,
                 };
                 Self::s3(&config)
             }
@@ -262,12 +371,53 @@ impl ColdStore {
                 off_executor(move || local.put(&path, &bytes)).await
             }
             Backend::Remote(store) => {
-                store
-                    .put(&ObjectPath::from(path), PutPayload::from_bytes(bytes))
-                    .await?;
-                Ok(())
+                let put = async {
+                    store
+                        .put(&ObjectPath::from(path), PutPayload::from_bytes(bytes))
+                        .await?;
+                    Ok(())
+                };
+                self.bounded("put", path, put).await
             }
         }
+    }
+
+    /// Writes an object and checks what the store kept before returning (a store that answers
+    /// 200 but keeps a short or altered body must not get a chunk committed on it, as the
+    /// flush then reclaims the only other copy): the exact size always, and with
+    /// [`UploadCheck::ReadBack`] the bytes themselves.
+    pub async fn put_verified(&self, path: &str, bytes: Bytes) -> Result<(), ColdError> {
+        let expected = bytes.len() as u64;
+        let kept = match self.upload_check {
+            UploadCheck::ReadBack => Some(bytes.clone()),
+            UploadCheck::Size => None,
+        };
+        self.put(path, bytes).await?;
+        let mismatch = |reason: String| ColdError::Mismatch {
+            path: path.to_string(),
+            reason,
+        };
+        match kept {
+            Some(sent) => {
+                let stored = self.get(path).await?;
+                if stored != sent {
+                    return Err(mismatch(format!(
+                        "read back {} bytes that differ from the {expected} uploaded",
+                        stored.len()
+                    )));
+                }
+            }
+            None => match self.size(path).await? {
+                Some(size) if size == expected => {}
+                found => {
+                    return Err(mismatch(format!(
+                        "the store keeps {} after an upload of {expected} bytes",
+                        found.map_or("nothing".to_string(), |s| format!("{s} bytes"))
+                    )))
+                }
+            },
+        }
+        Ok(())
     }
 
     /// Reads a whole object.
@@ -277,7 +427,10 @@ impl ColdStore {
                 let (local, path) = (local.clone(), path.to_string());
                 off_executor(move || local.get(&path)).await
             }
-            Backend::Remote(store) => Ok(store.get(&ObjectPath::from(path)).await?.bytes().await?),
+            Backend::Remote(store) => {
+                let get = async { Ok(store.get(&ObjectPath::from(path)).await?.bytes().await?) };
+                self.bounded("get", path, get).await
+            }
         }
     }
 
@@ -288,7 +441,10 @@ impl ColdStore {
                 let (local, path) = (local.clone(), path.to_string());
                 off_executor(move || local.get_range(&path, range)).await
             }
-            Backend::Remote(store) => Ok(store.get_range(&ObjectPath::from(path), range).await?),
+            Backend::Remote(store) => {
+                let get = async { Ok(store.get_range(&ObjectPath::from(path), range).await?) };
+                self.bounded("get", path, get).await
+            }
         }
     }
 
@@ -299,11 +455,16 @@ impl ColdStore {
                 let (local, path) = (local.clone(), path.to_string());
                 off_executor(move || local.size(&path)).await
             }
-            Backend::Remote(store) => match store.head(&ObjectPath::from(path)).await {
-                Ok(meta) => Ok(Some(meta.size)),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e.into()),
-            },
+            Backend::Remote(store) => {
+                let head = async {
+                    match store.head(&ObjectPath::from(path)).await {
+                        Ok(meta) => Ok(Some(meta.size)),
+                        Err(object_store::Error::NotFound { .. }) => Ok(None),
+                        Err(e) => Err(e.into()),
+                    }
+                };
+                self.bounded("head", path, head).await
+            }
         }
     }
 
@@ -315,19 +476,21 @@ impl ColdStore {
                 path: path.to_string(),
             });
         }
-        self.cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(path);
+        self.lock_cache().remove(path);
         match &self.backend {
             Backend::Local(local) => {
                 let (local, path) = (local.clone(), path.to_string());
                 off_executor(move || local.delete(&path)).await
             }
-            Backend::Remote(store) => match store.delete(&ObjectPath::from(path)).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(e.into()),
-            },
+            Backend::Remote(store) => {
+                let delete = async {
+                    match store.delete(&ObjectPath::from(path)).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        Err(e) => Err(e.into()),
+                    }
+                };
+                self.bounded("delete", path, delete).await
+            }
         }
     }
 
@@ -340,59 +503,101 @@ impl ColdStore {
                 off_executor(move || local.list(&prefix)).await
             }
             Backend::Remote(store) => {
-                let prefix = ObjectPath::from(prefix);
-                let metas: Vec<_> = store.list(Some(&prefix)).try_collect().await?;
-                Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
+                let list = async {
+                    let prefix = ObjectPath::from(prefix);
+                    let metas: Vec<_> = store.list(Some(&prefix)).try_collect().await?;
+                    Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
+                };
+                self.bounded("list", prefix, list).await
             }
         }
     }
 
-    /// The decoded bytes of the Strata object at `path`, from the cache or the store (the cache
-    /// lock is never held across the fetch).
-    pub async fn decoded(&self, path: &str) -> Result<Bytes, ColdError> {
-        let cached = self
-            .cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(path);
-        crate::metrics::cold_cache(cached.is_some());
-        if let Some(raw) = cached {
-            return Ok(raw);
-        }
-        let raw = decode_cold_object(path, &self.get(path).await?)?;
-        self.cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(path, raw.clone());
-        Ok(raw)
-    }
-
-    /// Reads `len` stream bytes starting `skip` bytes into the chunk stored at `path`
-    /// (`object_offset` into the object for raw objects); Strata objects are decoded whole.
+    /// The bytes `[skip, skip + len)` of `chunk` (see [`ColdStore::chunk_bytes`]).
     pub async fn read_chunk(
         &self,
-        path: &str,
-        object_offset: u64,
+        chunk: &ColdChunkRef,
         skip: u64,
         len: u64,
     ) -> Result<Bytes, ColdError> {
-        if path.ends_with(COLD_OBJECT_SUFFIX) {
-            let raw = self.decoded(path).await?;
-            let start = skip as usize;
-            let end = start.saturating_add(len as usize);
-            return raw
-                .get(start..end)
-                .map(|_| raw.slice(start..end))
-                .ok_or_else(|| ColdError::Corrupt {
-                    path: path.to_string(),
-                    offset: 0,
-                    reason: format!(
-                        "object holds {} bytes, read wants {start}..{end}",
-                        raw.len()
-                    ),
-                });
-        }
-        let start = object_offset + skip;
-        self.get_range(path, start..start + len).await
+        let whole = self.chunk_bytes(chunk).await?;
+        let start = usize::try_from(skip).unwrap_or(usize::MAX);
+        let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
+        whole
+            .get(start..end)
+            .map(|_| whole.slice(start..end))
+            .ok_or_else(|| ColdError::Mismatch {
+                path: chunk.s3_path.clone(),
+                reason: format!(
+                    "chunk holds {} bytes, read wants {start}..{end}",
+                    whole.len()
+                ),
+            })
     }
+
+    /// The stream bytes `[start_offset, end_offset)` that `chunk` references, checked against
+    /// its length and (when it records one) its BLAKE3 payload digest, so that no intact but
+    /// wrong object is ever served as a stream's bytes. A Strata object (`.sco`) is decoded
+    /// whole and cached (the cache lock is never held across the fetch); a raw object's range is
+    /// read and checked on every call.
+    pub async fn chunk_bytes(&self, chunk: &ColdChunkRef) -> Result<Bytes, ColdError> {
+        let (path, digest) = (chunk.s3_path.as_str(), chunk.payload_digest.as_str());
+        let strata_object = path.ends_with(COLD_OBJECT_SUFFIX);
+        if strata_object {
+            let cached = self.lock_cache().get(path, digest);
+            crate::metrics::cold_cache(cached.is_some());
+            if let Some(raw) = cached {
+                return Ok(raw);
+            }
+        }
+        let bytes = self.fetch_chunk(chunk).await?;
+        if strata_object {
+            self.lock_cache().insert(path, digest, bytes.clone());
+        }
+        Ok(bytes)
+    }
+
+    /// [`ColdStore::chunk_bytes`] from the object store itself, never the cache (what `verify`
+    /// reads).
+    pub async fn fetch_chunk(&self, chunk: &ColdChunkRef) -> Result<Bytes, ColdError> {
+        let path = chunk.s3_path.as_str();
+        let len = chunk.end_offset.saturating_sub(chunk.start_offset);
+        let bytes = if path.ends_with(COLD_OBJECT_SUFFIX) {
+            decode_cold_object(path, &self.get(path).await?)?
+        } else {
+            let from = chunk.object_offset;
+            self.get_range(path, from..from.saturating_add(len)).await?
+        };
+        check_chunk(chunk, &bytes, len)?;
+        Ok(bytes)
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, ObjectCache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Checks that `bytes`, read for `chunk`, are `len` bytes long and match its payload digest.
+fn check_chunk(chunk: &ColdChunkRef, bytes: &[u8], len: u64) -> Result<(), ColdError> {
+    let mismatch = |reason: String| ColdError::Mismatch {
+        path: chunk.s3_path.clone(),
+        reason,
+    };
+    if bytes.len() as u64 != len {
+        return Err(mismatch(format!(
+            "holds {} bytes, the chunk [{}, {}) is {len}",
+            bytes.len(),
+            chunk.start_offset,
+            chunk.end_offset
+        )));
+    }
+    if !chunk.payload_digest.is_empty()
+        && blake3::hash(bytes).to_hex().as_str() != chunk.payload_digest
+    {
+        return Err(mismatch(format!(
+            "its bytes' BLAKE3 digest differs from the chunk [{}, {})'s",
+            chunk.start_offset, chunk.end_offset
+        )));
+    }
+    Ok(())
 }

@@ -65,7 +65,7 @@ mod worker;
 
 // Short paths for the pieces the commands use (and the public codecs).
 pub use cold_tier::cold_paths;
-use cold_tier::cold_worker;
+use cold_tier::{cold_worker, gc_failures};
 use persist::replay::replay;
 pub use persist::{commit_record, keys, rows, stream_row};
 use persist::{db, payload};
@@ -89,6 +89,7 @@ pub use cold_paths::ColdNamespace;
 pub use cold_worker::ColdGcReport;
 pub use db::GROUP_STATE_VERSION;
 pub use error::GroupError;
+pub use gc_failures::ColdGcFailure;
 pub use payload::PAYLOAD_PARTITIONS;
 pub use read::MAX_READ_BYTES;
 pub use seam::DiskGroupEngineFactory;
@@ -117,6 +118,10 @@ pub struct GroupOptions {
     /// [`MAX_READ_BYTES`], 64 MiB; 1 KiB ..= 1 GiB). A read by records returns at least one
     /// whole record.
     pub max_read_bytes: usize,
+    /// How long a cold-GC entry whose delete failed waits before it is tried again (set aside,
+    /// the entries behind it go on); doubled after each further failure, up to an hour or this
+    /// value if longer. Default 1 minute; 1 ms ..= 1 day.
+    pub cold_gc_backoff: std::time::Duration,
 }
 
 impl Default for GroupOptions {
@@ -126,6 +131,7 @@ impl Default for GroupOptions {
             cold_zstd_level: 3,
             orphan_grace: std::time::Duration::from_secs(15 * 60),
             max_read_bytes: MAX_READ_BYTES,
+            cold_gc_backoff: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -135,6 +141,7 @@ with_setters!(GroupOptions {
     with_cold_zstd_level => cold_zstd_level: i32,
     with_orphan_grace => orphan_grace: std::time::Duration,
     with_max_read_bytes => max_read_bytes: usize,
+    with_cold_gc_backoff => cold_gc_backoff: std::time::Duration,
 });
 
 impl GroupOptions {
@@ -144,6 +151,13 @@ impl GroupOptions {
             return Err(format!(
                 "cold_zstd_level must lie in [1, 22], not {}",
                 self.cold_zstd_level
+            ));
+        }
+        let day = std::time::Duration::from_secs(86_400);
+        if !(std::time::Duration::from_millis(1)..=day).contains(&self.cold_gc_backoff) {
+            return Err(format!(
+                "cold_gc_backoff must lie in [1 ms, 1 day], not {:?}",
+                self.cold_gc_backoff
             ));
         }
         if !(1 << 10..=1 << 30).contains(&self.max_read_bytes) {
@@ -188,6 +202,8 @@ pub struct DiskGroupEngine {
     /// ursula's cold-index pages in the runtime's cold store, when the runtime compacts
     /// (see [`cold_tier::runtime_index`]).
     cold_index: Option<cold_tier::runtime_index::RuntimeColdIndex>,
+    /// Cold-GC entries set aside after failed deletes.
+    gc_failures: cold_tier::gc_failures::GcFailures,
     /// Registered (weakly) with the store for backups while the engine lives.
     _backup: Arc<persist::backup::GroupBackup>,
 }
@@ -251,6 +267,7 @@ impl DiskGroupEngine {
             metrics: None,
             commit_metrics: crate::metrics::GroupCommitMetrics::new(name),
             cold_index: None,
+            gc_failures: Default::default(),
             _backup: backup,
         })
     }

@@ -176,12 +176,7 @@ impl DiskGroupEngine {
                 let end = to.min(chunk.end_offset);
                 let bytes = self
                     .cold
-                    .read_chunk(
-                        &chunk.s3_path,
-                        chunk.object_offset,
-                        cursor - chunk.start_offset,
-                        end - cursor,
-                    )
+                    .read_chunk(chunk, cursor - chunk.start_offset, end - cursor)
                     .await
                     .map_err(GroupError::from)?;
                 out.extend_from_slice(&bytes);

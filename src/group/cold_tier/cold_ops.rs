@@ -16,6 +16,7 @@ use ursula_stream::{
     StreamErrorContext,
 };
 
+use crate::group::cold_tier::gc_failures;
 use crate::group::rows::StreamRow;
 use crate::group::state::{compare_ids, GroupState};
 use crate::group::tx::Tx;
@@ -450,6 +451,54 @@ impl DiskGroupEngine {
         self.state.gc.iter().take(max).cloned().collect()
     }
 
+    /// Ends a GC pass in one transaction: removes the entries in `done` (their objects are
+    /// deleted), and re-queues each entry in `failed` at the back, due again after its backoff
+    /// ([`crate::group::GroupOptions::cold_gc_backoff`]), so the entries behind it go on.
+    pub(crate) fn settle_cold_gc_inner(
+        &mut self,
+        done: &[u64],
+        failed: Vec<(u64, String)>,
+        now_ms: u64,
+    ) -> Result<(), GroupEngineError> {
+        let mut tx = Tx::new(&self.state);
+        let mut failures = Vec::with_capacity(failed.len());
+        for seq in done {
+            if let Some(entry) = remove_gc_entry(&mut tx, *seq) {
+                if let ColdGcTarget::Paths(paths) = &entry.target {
+                    tx.touch_collected_pages(paths);
+                }
+            }
+        }
+        for (seq, error) in failed {
+            if let Some(entry) = remove_gc_entry(&mut tx, seq) {
+                let new_seq = tx.state.next_gc_seq;
+                // The backoff is decided once the batch is durable (persist, then apply); the
+                // entry's `not_before_ms` is what the queue keeps.
+                let retry_at = now_ms.saturating_add(self.gc_backoff_ms(seq));
+                self.enqueue_gc(&mut tx, entry.target, retry_at);
+                failures.push(((seq, new_seq), error));
+            }
+        }
+        tx.state.commit_index += 1;
+        self.commit(tx)?;
+        for seq in done {
+            self.gc_failures.done(*seq);
+        }
+        let base = self.options.cold_gc_backoff;
+        let set = failures.len() as u64;
+        for (seqs, error) in failures {
+            self.gc_failures.failed(seqs, error, now_ms, base);
+        }
+        crate::metrics::cold_gc_set_aside(&self.name, set, self.gc_failures.len());
+        Ok(())
+    }
+
+    /// The backoff before entry `seq` is tried again after one more failure.
+    fn gc_backoff_ms(&self, seq: u64) -> u64 {
+        let attempts = self.gc_failures.attempts(seq) + 1;
+        gc_failures::backoff_ms(self.options.cold_gc_backoff, attempts)
+    }
+
     /// `ack_cold_gc`: removes every entry with `seq <= up_to_seq`.
     pub(crate) fn ack_cold_gc_inner(
         &mut self,
@@ -499,4 +548,12 @@ impl DiskGroupEngine {
             group_hot_bytes: self.state.group_hot_bytes(),
         }
     }
+}
+
+/// Removes GC entry `seq` from the queue (and its row), wherever it stands.
+fn remove_gc_entry(tx: &mut Tx, seq: u64) -> Option<ColdGcEntry> {
+    let at = tx.state.gc.iter().position(|e| e.seq == seq)?;
+    let entry = tx.state.gc.remove(at);
+    tx.delete_gc(seq);
+    Some(entry)
 }

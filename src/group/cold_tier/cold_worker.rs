@@ -12,11 +12,11 @@ use ursula_runtime::{
     CompactColdRequest, FlushColdRequest, GroupEngineError, PlanColdFlushRequest,
 };
 use ursula_shard::{BucketStreamId, ShardPlacement};
-use ursula_stream::{ColdChunkRef, ColdFlushCandidate, ColdGcTarget};
+use ursula_stream::{ColdChunkRef, ColdFlushCandidate, ColdGcEntry, ColdGcTarget};
 
 use crate::cold::{encode_cold_object, ColdError, UploadGuard, COLD_OBJECT_SUFFIX};
 use crate::group::cold_paths::{created_at_ms, is_sweepable};
-use crate::group::{not_found, DiskGroupEngine, GroupError};
+use crate::group::{not_found, ColdGcFailure, DiskGroupEngine, GroupError};
 
 /// What a GC pass reclaimed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct ColdGcReport {
     pub entries: u64,
     /// Objects deleted.
     pub objects: u64,
+    /// Entries whose delete failed, set aside for a later pass.
+    pub set_aside: u64,
 }
 
 /// A chunk compaction may merge: small, and raw (its own object, not a slice of a pack).
@@ -56,7 +58,8 @@ impl DiskGroupEngine {
     }
 
     /// Moves up to `max_bytes` of a stream's hot prefix to the cold tier: plans, uploads one
-    /// zstd cold object, commits it with `flush_cold`, then reclaims segments nothing references.
+    /// zstd cold object and checks what the store kept ([`crate::cold::ColdStore::put_verified`]),
+    /// commits it with `flush_cold`, then reclaims segments nothing references.
     /// An upload failure leaves state untouched (the object, if partly written, is unreferenced
     /// and named uniquely, so a retry never collides with it). Returns the new hot start.
     pub async fn flush_stream_cold(
@@ -86,7 +89,6 @@ impl DiskGroupEngine {
             return Ok(None);
         };
         let (chunk, _in_flight) = self.upload_tracked(&candidate).await?;
-        self.check_object(&chunk).await?;
         let response = self.flush_cold_inner(
             FlushColdRequest {
                 stream_id: id.clone(),
@@ -98,28 +100,19 @@ impl DiskGroupEngine {
         Ok(Some(response.hot_start_offset))
     }
 
-    /// Refuses to commit a chunk whose object is not in the cold store (or too short for the
-    /// range it claims): a reference must never point at nothing.
+    /// Refuses to commit a chunk whose object does not hold exactly the bytes it references
+    /// (missing, short, or another object: [`crate::cold::ColdStore::fetch_chunk`] reads it
+    /// and checks its length and digest): a reference must never point at nothing or at
+    /// the wrong bytes, as the commit lets the only other copy go.
     pub(crate) async fn check_object(&self, chunk: &ColdChunkRef) -> Result<(), GroupEngineError> {
-        let size = self
-            .cold
-            .size(&chunk.s3_path)
-            .await
-            .map_err(GroupError::from)?;
-        let needed = if chunk.s3_path.ends_with(COLD_OBJECT_SUFFIX) {
-            1
-        } else {
-            chunk.object_offset + (chunk.end_offset - chunk.start_offset)
-        };
-        match size {
-            Some(size) if size >= needed => Ok(()),
-            found => Err(GroupEngineError::stream(
+        match self.cold.fetch_chunk(chunk).await {
+            Ok(_) => Ok(()),
+            Err(e @ (ColdError::Timeout { .. } | ColdError::Store(_))) => {
+                Err(GroupError::from(e).into())
+            }
+            Err(e) => Err(GroupEngineError::stream(
                 ursula_stream::StreamErrorCode::InvalidColdFlush,
-                format!(
-                    "cold object {} is {} (needs {needed} bytes)",
-                    chunk.s3_path,
-                    found.map_or("missing".to_string(), |s| format!("{s} bytes"))
-                ),
+                format!("cold object {}: {e}", chunk.s3_path),
             )),
         }
     }
@@ -150,7 +143,7 @@ impl DiskGroupEngine {
         );
         let guard = self.cold.begin_upload(&path);
         self.cold
-            .put(&path, object)
+            .put_verified(&path, object)
             .await
             .map_err(GroupError::from)?;
         let chunk = ColdChunkRef {
@@ -213,12 +206,7 @@ impl DiskGroupEngine {
         for chunk in &run {
             let bytes = self
                 .cold
-                .read_chunk(
-                    &chunk.s3_path,
-                    chunk.object_offset,
-                    0,
-                    chunk.end_offset - chunk.start_offset,
-                )
+                .chunk_bytes(chunk)
                 .await
                 .map_err(GroupError::from)?;
             merged.extend_from_slice(&bytes);
@@ -231,7 +219,6 @@ impl DiskGroupEngine {
             payload: merged,
         };
         let (mut replacement, _in_flight) = self.upload_tracked(&candidate).await?;
-        self.check_object(&replacement).await?;
         replacement.object_size = run.iter().map(|c| c.object_size).sum();
         let response = self.compact_cold_inner(
             CompactColdRequest {
@@ -245,51 +232,73 @@ impl DiskGroupEngine {
         Ok(response.compacted_chunks)
     }
 
-    /// Runs one GC pass: deletes the objects of due queue entries (in order, stopping at the
-    /// first entry not yet due), then acknowledges them. Deleting is idempotent, so a crash
-    /// between delete and ack only repeats deletes.
+    /// Runs one GC pass over up to `max` due queue entries (in queue order, skipping entries
+    /// not due yet): deletes each entry's objects, then acknowledges in one batch the entries
+    /// it finished. An entry whose delete fails is set aside: re-queued at the back, due again
+    /// after [`crate::group::GroupOptions::cold_gc_backoff`] (doubling with each failure;
+    /// [`Self::cold_gc_failures`] lists them), so one object the store refuses to delete never
+    /// stops the queue. A timeout ends the pass there (the store is not answering; the rest
+    /// wait for the next pass). Deleting is idempotent, so a crash between delete and
+    /// acknowledgement only repeats deletes.
     pub async fn run_cold_gc(
         &mut self,
         now_ms: u64,
         max: usize,
-        placement: ShardPlacement,
+        _placement: ShardPlacement,
     ) -> Result<ColdGcReport, GroupEngineError> {
-        self.cold_task("cold GC", async |e| {
-            e.run_cold_gc_steps(now_ms, max, placement).await
-        })
-        .await
+        self.cold_task("cold GC", async |e| e.run_cold_gc_steps(now_ms, max).await)
+            .await
     }
 
     async fn run_cold_gc_steps(
         &mut self,
         now_ms: u64,
         max: usize,
-        placement: ShardPlacement,
     ) -> Result<ColdGcReport, GroupEngineError> {
         if self.cold.deletes_held() {
             // A backup copies what the queue still names; the entries wait for the next pass.
             return Ok(ColdGcReport::default());
         }
-        let entries = self.plan_cold_gc_inner(max);
+        let due: Vec<ColdGcEntry> = self
+            .state
+            .gc
+            .iter()
+            .filter(|e| e.not_before_ms <= now_ms)
+            .take(max)
+            .cloned()
+            .collect();
         let mut report = ColdGcReport::default();
-        let mut acked = None;
-        for entry in entries {
-            if entry.not_before_ms > now_ms {
-                break;
-            }
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        for entry in due {
             match self.delete_gc_target(&entry.target).await {
-                Ok(objects) => report.objects += objects,
+                Ok(objects) => {
+                    report.objects += objects;
+                    report.entries += 1;
+                    done.push(entry.seq);
+                }
                 // A backup began meanwhile: this entry and the rest wait for the next pass.
                 Err(ColdError::DeletesHeld { .. }) => break,
-                Err(e) => return Err(GroupError::from(e).into()),
+                Err(e) => {
+                    tracing::warn!(group = %self.name, seq = entry.seq, error = %e, "cold GC entry set aside");
+                    let timed_out = matches!(e, ColdError::Timeout { .. });
+                    failed.push((entry.seq, e.to_string()));
+                    if timed_out {
+                        break;
+                    }
+                }
             }
-            acked = Some(entry.seq);
-            report.entries += 1;
         }
-        if let Some(seq) = acked {
-            self.ack_cold_gc_inner(seq, placement)?;
+        report.set_aside = failed.len() as u64;
+        if !done.is_empty() || !failed.is_empty() {
+            self.settle_cold_gc_inner(&done, failed, now_ms)?;
         }
         Ok(report)
+    }
+
+    /// Cold-GC entries set aside after failed deletes (since this engine opened), with their
+    /// attempts, next try and last error.
+    pub fn cold_gc_failures(&self) -> Vec<ColdGcFailure> {
+        self.gc_failures.list()
     }
 
     /// Deletes the objects of one GC queue entry; returns how many.

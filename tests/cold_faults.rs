@@ -1,0 +1,366 @@
+//! The cold tier under a misbehaving object store, through the object-store fault layer
+//! ([`FaultObjectStore`]): every cold path (flush, read, compaction, GC, orphan sweep) with
+//! every fault kind at every request, and a restart after the faulted step; plus the four
+//! regressions (a truncated upload, an intact but wrong object, a hung store, an undeletable
+//! object) and a hung server on a real HTTP path.
+#![cfg(feature = "ursula")]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::memory::InMemory;
+use object_store::{ObjectStore, ObjectStoreExt};
+use strata::cold::{ColdStore, FaultObjectStore, ObjectFault, ObjectOp, UploadCheck};
+use strata::group::{DiskGroupEngine, GroupOptions};
+use strata::{LogOptions, Store};
+use ursula_runtime::{
+    AppendRequest, ColdWriteAdmission, CreateStreamRequest, DeleteStreamRequest, GroupEngine,
+    GroupEngineError, ReadStreamRequest,
+};
+use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
+
+const CT: &str = "application/octet-stream";
+
+/// The deadline of every cold call in these tests.
+const DEADLINE: Duration = Duration::from_millis(250);
+
+/// How much longer than its requests' deadlines a step may take (scheduling, local work).
+const SLACK: Duration = Duration::from_secs(3);
+
+fn placement() -> ShardPlacement {
+    ShardPlacement {
+        core_id: CoreId(0),
+        shard_id: ShardId(0),
+        raft_group_id: RaftGroupId(3),
+    }
+}
+
+fn options() -> GroupOptions {
+    GroupOptions::default()
+        .with_payload_log(LogOptions::default().with_segment_bytes(4096))
+        .with_orphan_grace(Duration::ZERO)
+        .with_cold_gc_backoff(Duration::from_millis(1))
+}
+
+/// The engine and its store, over a cold store made of `fault` (checked with `check`).
+struct Node {
+    store: Arc<Store>,
+    engine: DiskGroupEngine,
+}
+
+fn cold(fault: &FaultObjectStore, check: UploadCheck) -> ColdStore {
+    ColdStore::new(Arc::new(fault.clone()), "fault")
+        .with_upload_check(check)
+        .with_deadline(DEADLINE)
+        .expect("deadline")
+}
+
+fn open(dir: &Path, fault: &FaultObjectStore, check: UploadCheck) -> Node {
+    let store = Arc::new(Store::open(dir).expect("store"));
+    let engine = DiskGroupEngine::open(&store, "g", cold(fault, check), options()).expect("engine");
+    Node { store, engine }
+}
+
+impl Node {
+    fn close(self) {
+        drop(self.engine);
+        self.store.close_blocking().expect("close");
+    }
+}
+
+fn stream(name: &str) -> BucketStreamId {
+    BucketStreamId::new("tenant", name)
+}
+
+async fn create(engine: &mut DiskGroupEngine, id: &BucketStreamId) {
+    let mut create = CreateStreamRequest::new(id.clone(), CT);
+    create.now_ms = 1;
+    engine
+        .create_stream(create, placement(), ColdWriteAdmission::default())
+        .await
+        .expect("create");
+}
+
+/// Appends `count` records to `id` and adds them to `model`.
+async fn append(
+    engine: &mut DiskGroupEngine,
+    id: &BucketStreamId,
+    model: &mut Vec<u8>,
+    count: usize,
+) {
+    for i in 0..count {
+        let seed = model.len() + i;
+        let payload: Vec<u8> = (0..(80 + (seed * 13) % 300))
+            .map(|j| (seed * 7 + j) as u8)
+            .collect();
+        let mut r = AppendRequest::from_bytes(id.clone(), Bytes::from(payload.clone()));
+        r.content_type = CT.into();
+        r.now_ms = 2;
+        let response = engine
+            .append(r, placement(), ColdWriteAdmission::default())
+            .await
+            .expect("append");
+        assert_eq!(response.start_offset, model.len() as u64);
+        model.extend_from_slice(&payload);
+    }
+}
+
+async fn read(
+    engine: &mut DiskGroupEngine,
+    id: &BucketStreamId,
+    from: u64,
+) -> Result<Vec<u8>, GroupEngineError> {
+    let r = ReadStreamRequest {
+        stream_id: id.clone(),
+        offset: from,
+        max_len: 1 << 24,
+        now_ms: 3,
+        record: None,
+        max_records: None,
+    };
+    engine.read_stream(r, placement()).await.map(|r| r.payload)
+}
+
+async fn delete(engine: &mut DiskGroupEngine, id: &BucketStreamId) -> Result<(), GroupEngineError> {
+    let request = DeleteStreamRequest {
+        stream_id: id.clone(),
+    };
+    engine.delete_stream(request, placement()).await.map(|_| ())
+}
+
+/// Regression: a store that answers 200 but keeps a truncated body. Checked by size (what an S3
+/// store with checksums gets), the flush is refused, nothing is committed, the bytes stay hot
+/// and the retry succeeds; nothing is lost across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_upload_is_never_committed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fault = FaultObjectStore::new(Arc::new(InMemory::new()));
+    let mut node = open(dir.path(), &fault, UploadCheck::Size);
+    let id = stream("truncated");
+    create(&mut node.engine, &id).await;
+    let mut model = Vec::new();
+    append(&mut node.engine, &id, &mut model, 40).await;
+    let commit = node.engine.commit_index();
+    fault.inject(ObjectOp::Put, 0, ObjectFault::Truncate);
+    let err = node
+        .engine
+        .flush_stream_cold(&id, 4000, placement())
+        .await
+        .expect_err("a truncated upload is refused");
+    assert!(fault.fired() && err.to_string().contains("keeps"), "{err}");
+    assert_eq!(node.engine.commit_index(), commit, "nothing committed");
+    assert_eq!(
+        node.engine.backlog_bytes(&id),
+        model.len() as u64,
+        "still hot"
+    );
+    node.close();
+    let mut node = open(dir.path(), &fault, UploadCheck::Size);
+    assert_eq!(read(&mut node.engine, &id, 0).await.expect("read"), model);
+    node.engine
+        .flush_stream_cold(&id, 4000, placement())
+        .await
+        .expect("the retry flushes")
+        .expect("a chunk");
+    node.close();
+    let mut node = open(dir.path(), &fault, UploadCheck::Size);
+    assert_eq!(read(&mut node.engine, &id, 0).await.expect("read"), model);
+    assert!(node.engine.verify().await.is_clean());
+}
+
+/// Regression: another valid object under a chunk's name is never served as the stream's
+/// bytes, compaction refuses to merge it, and `verify` names it; an upload the store replaced
+/// is refused when read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intact_but_wrong_object_is_never_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let fault = FaultObjectStore::new(inner.clone());
+    let mut node = open(dir.path(), &fault, UploadCheck::ReadBack);
+    let id = stream("swapped");
+    create(&mut node.engine, &id).await;
+    let mut model = Vec::new();
+    append(&mut node.engine, &id, &mut model, 60).await;
+    for _ in 0..2 {
+        node.engine
+            .flush_stream_cold(&id, 3000, placement())
+            .await
+            .expect("flush")
+            .expect("a chunk");
+    }
+    // An upload the store replaces with the previous object is refused when read back.
+    fault.inject(
+        ObjectOp::Put,
+        fault.count(ObjectOp::Put),
+        ObjectFault::Substitute,
+    );
+    let err = node
+        .engine
+        .flush_stream_cold(&id, 3000, placement())
+        .await
+        .expect_err("a substituted upload is refused");
+    assert!(err.to_string().contains("read back"), "{err}");
+    node.close();
+
+    // Put the second chunk's object under the first chunk's name.
+    let mut names: Vec<String> = futures::TryStreamExt::try_collect::<Vec<_>>(inner.list(None))
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|m| m.location.to_string())
+        .filter(|n| n.ends_with(".sco"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 2, "{names:?}");
+    let (first, second) = (
+        object_store::path::Path::from(names[0].as_str()),
+        object_store::path::Path::from(names[1].as_str()),
+    );
+    let other = inner
+        .get(&second)
+        .await
+        .expect("get")
+        .bytes()
+        .await
+        .expect("bytes");
+    inner.put(&first, other.into()).await.expect("swap");
+
+    let mut node = open(dir.path(), &fault, UploadCheck::ReadBack);
+    let err = read(&mut node.engine, &id, 0)
+        .await
+        .expect_err("never the wrong bytes");
+    assert!(err.to_string().contains(names[0].as_str()), "{err}");
+    let compacted = node
+        .engine
+        .compact_stream_cold(&id, 1 << 20, 8, 0, placement())
+        .await;
+    assert!(
+        compacted.is_err(),
+        "compaction refuses the wrong object: {compacted:?}"
+    );
+    let report = node.engine.verify().await;
+    assert_eq!(report.findings.len(), 1, "{report:?}");
+    assert_eq!(report.findings[0].at, names[0]);
+    // The hot suffix is still served.
+    let hot = node.engine.backlog_bytes(&id);
+    let tail = model.len() as u64 - hot;
+    assert_eq!(
+        read(&mut node.engine, &id, tail).await.expect("hot"),
+        model[tail as usize..]
+    );
+}
+
+/// Regression: a store that never answers fails each cold call within the deadline, and the
+/// group serves appends and hot reads right after; a flush that hangs commits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_store_holds_a_group_no_longer_than_the_deadline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fault = FaultObjectStore::new(Arc::new(InMemory::new()));
+    let mut node = open(dir.path(), &fault, UploadCheck::ReadBack);
+    let id = stream("hung");
+    create(&mut node.engine, &id).await;
+    let mut model = Vec::new();
+    append(&mut node.engine, &id, &mut model, 40).await;
+    node.engine
+        .flush_stream_cold(&id, 4000, placement())
+        .await
+        .expect("flush")
+        .expect("a chunk");
+    node.close();
+    let mut node = open(dir.path(), &fault, UploadCheck::ReadBack);
+    for op in [ObjectOp::Get, ObjectOp::Put] {
+        fault.inject(op, fault.count(op), ObjectFault::Hang);
+        let started = Instant::now();
+        let outcome = match op {
+            ObjectOp::Get => read(&mut node.engine, &id, 0).await.map(|_| ()),
+            _ => node
+                .engine
+                .flush_stream_cold(&id, 4000, placement())
+                .await
+                .map(|_| ()),
+        };
+        let took = started.elapsed();
+        let err = outcome.expect_err("a hung request fails");
+        assert!(fault.fired(), "{op:?}");
+        assert!(err.to_string().contains("did not finish"), "{op:?}: {err}");
+        assert!(
+            took < DEADLINE + SLACK,
+            "{op:?} held the group for {took:?}"
+        );
+        append(&mut node.engine, &id, &mut model, 1).await;
+        let hot_from = model.len() as u64 - 100;
+        assert_eq!(
+            read(&mut node.engine, &id, hot_from)
+                .await
+                .expect("hot read"),
+            model[hot_from as usize..]
+        );
+    }
+    assert_eq!(read(&mut node.engine, &id, 0).await.expect("read"), model);
+}
+
+/// Regression: one object the store refuses to delete for good never stops cold GC: the
+/// entries behind it are deleted and acknowledged, it is set aside (listed, in the report and
+/// in `verify`), and deleted once the store allows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_undeletable_object_never_stops_cold_gc() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fault = FaultObjectStore::new(Arc::new(InMemory::new()));
+    let mut node = open(dir.path(), &fault, UploadCheck::ReadBack);
+    let ids: Vec<BucketStreamId> = (0..3).map(|i| stream(&format!("gc{i}"))).collect();
+    for id in &ids {
+        create(&mut node.engine, id).await;
+        append(&mut node.engine, id, &mut Vec::new(), 20).await;
+        node.engine
+            .flush_stream_cold(id, 2000, placement())
+            .await
+            .expect("flush")
+            .expect("a chunk");
+    }
+    let ns = node.engine.cold_namespace().clone();
+    let locked = ns.stream_prefix(&ids[0]);
+    fault.refuse(ObjectOp::Delete, locked.clone());
+    for id in &ids {
+        delete(&mut node.engine, id).await.expect("delete");
+    }
+    let now = 10_000_000_000_000;
+    let report = node
+        .engine
+        .run_cold_gc(now, 100, placement())
+        .await
+        .expect("a pass with one refused entry still succeeds");
+    assert_eq!((report.entries, report.set_aside), (2, 1), "{report:?}");
+    for id in &ids[1..] {
+        let left = node
+            .engine
+            .cold_store()
+            .list(&ns.stream_prefix(id))
+            .await
+            .expect("list");
+        assert!(left.is_empty(), "{id}: {left:?}");
+    }
+    let failures = node.engine.cold_gc_failures();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(failures[0].error.contains("refused"), "{failures:?}");
+    assert_eq!(node.engine.verify().await.gc_set_aside, failures);
+    // Later passes keep failing on it without blocking anything; once allowed, it goes.
+    let again = node
+        .engine
+        .run_cold_gc(now + 1000, 100, placement())
+        .await
+        .expect("pass");
+    assert_eq!((again.entries, again.set_aside), (0, 1));
+    assert_eq!(node.engine.cold_gc_failures()[0].attempts, 2);
+    fault.allow_all();
+    let done = node
+        .engine
+        .run_cold_gc(now + 10_000, 100, placement())
+        .await
+        .expect("pass");
+    assert_eq!((done.entries, done.set_aside), (1, 0), "{done:?}");
+    assert!(node.engine.cold_gc_failures().is_empty());
+    let left = node.engine.cold_store().list(&locked).await.expect("list");
+    assert!(left.is_empty(), "{left:?}");
+}
