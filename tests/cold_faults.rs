@@ -58,8 +58,12 @@ fn cold(fault: &FaultObjectStore, check: UploadCheck) -> ColdStore {
 }
 
 fn open(dir: &Path, fault: &FaultObjectStore, check: UploadCheck) -> Node {
+    open_with(dir, cold(fault, check))
+}
+
+fn open_with(dir: &Path, cold: ColdStore) -> Node {
     let store = Arc::new(Store::open(dir).expect("store"));
-    let engine = DiskGroupEngine::open(&store, "g", cold(fault, check), options()).expect("engine");
+    let engine = DiskGroupEngine::open(&store, "g", cold, options()).expect("engine");
     Node { store, engine }
 }
 
@@ -301,6 +305,51 @@ async fn a_hung_store_holds_a_group_no_longer_than_the_deadline() {
     assert_eq!(read(&mut node.engine, &id, 0).await.expect("read"), model);
 }
 
+/// A server on 127.0.0.1 that accepts connections and never answers: over real HTTP, each
+/// cold call fails once the URL's deadline passes, and the group goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_costs_one_deadline_per_call() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let url = format!(
+        "s3://silent?endpoint=http://127.0.0.1:{port}&access_key_id=a&secret_access_key=b\
+         &connect_timeout_ms=200&request_timeout_ms=300&retries=1&deadline_ms=1000"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut node = open_with(dir.path(), ColdStore::from_url(&url).expect("url"));
+    let id = stream("silent");
+    create(&mut node.engine, &id).await;
+    let mut model = Vec::new();
+    append(&mut node.engine, &id, &mut model, 20).await;
+    let started = Instant::now();
+    let err = node
+        .engine
+        .flush_stream_cold(&id, 4000, placement())
+        .await
+        .expect_err("nothing answers");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(1) + SLACK,
+        "the flush waited {took:?}: {err}"
+    );
+    assert_eq!(
+        node.engine.backlog_bytes(&id),
+        model.len() as u64,
+        "still hot"
+    );
+    append(&mut node.engine, &id, &mut model, 1).await;
+    assert_eq!(
+        read(&mut node.engine, &id, 0).await.expect("hot read"),
+        model
+    );
+}
+
 /// Regression: one object the store refuses to delete for good never stops cold GC: the
 /// entries behind it are deleted and acknowledged, it is set aside (listed, in the report and
 /// in `verify`), and deleted once the store allows it.
@@ -363,4 +412,218 @@ async fn one_undeletable_object_never_stops_cold_gc() {
     assert!(node.engine.cold_gc_failures().is_empty());
     let left = node.engine.cold_store().list(&locked).await.expect("list");
     assert!(left.is_empty(), "{left:?}");
+}
+
+// ------------------------------------------------------------- every path, every fault
+
+/// The cold-tier workload, step by step: flushes, a cold read, compaction, a stream deleted and
+/// its objects collected, and the orphan sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Flush(usize),
+    Append(usize),
+    Read(usize),
+    Compact(usize),
+    Delete(usize),
+    Gc,
+    Sweep,
+}
+
+const SCRIPT: [Step; 10] = [
+    Step::Flush(0),
+    Step::Flush(1),
+    Step::Append(0),
+    Step::Flush(0),
+    Step::Read(0),
+    Step::Compact(0),
+    Step::Delete(1),
+    Step::Gc,
+    Step::Sweep,
+    Step::Read(0),
+];
+
+/// What the run acknowledged.
+#[derive(Default)]
+struct Acked {
+    models: [Vec<u8>; 2],
+    deleted: [bool; 2],
+    /// Steps that failed (with the faulted request, or after it while the store was down).
+    errors: Vec<String>,
+}
+
+/// Runs one step; returns its outcome.
+async fn step(engine: &mut DiskGroupEngine, acked: &mut Acked, what: Step) -> Result<(), String> {
+    let p = placement();
+    let ids = [stream("x0"), stream("x1")];
+    let e = |e: GroupEngineError| e.to_string();
+    match what {
+        Step::Flush(s) => engine
+            .flush_stream_cold(&ids[s], 2500, p)
+            .await
+            .map(|_| ())
+            .map_err(e),
+        Step::Append(s) => {
+            append(engine, &ids[s], &mut acked.models[s], 12).await;
+            Ok(())
+        }
+        Step::Read(s) => match read(engine, &ids[s], 0).await {
+            Ok(bytes) if bytes == acked.models[s] => Ok(()),
+            Ok(bytes) => panic!(
+                "stream {s} read {} bytes that are not what was acknowledged",
+                bytes.len()
+            ),
+            Err(err) => Err(err.to_string()),
+        },
+        Step::Compact(s) => engine
+            .compact_stream_cold(&ids[s], 1 << 20, 8, 0, p)
+            .await
+            .map(|_| ())
+            .map_err(e),
+        Step::Delete(s) => {
+            let deleted = delete(engine, &ids[s]).await.map_err(e);
+            acked.deleted[s] |= deleted.is_ok();
+            deleted
+        }
+        Step::Gc => engine
+            .run_cold_gc(u64::MAX / 2, 100, p)
+            .await
+            .map(|_| ())
+            .map_err(e),
+        Step::Sweep => engine.sweep_orphan_objects().await.map(|_| ()).map_err(e),
+    }
+}
+
+/// Runs the script with `fault` planned at request `nth` of kind `op`; restarts the engine
+/// after the step in which it fired (the store comes back up then). Returns whether it fired.
+async fn run_with_fault(check: UploadCheck, op: ObjectOp, nth: u64, fault: ObjectFault) -> bool {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let faults = FaultObjectStore::new(Arc::new(InMemory::new()));
+    let mut node = open(dir.path(), &faults, check);
+    let mut acked = Acked::default();
+    for (s, id) in [stream("x0"), stream("x1")].iter().enumerate() {
+        create(&mut node.engine, id).await;
+        append(&mut node.engine, id, &mut acked.models[s], 30).await;
+    }
+    faults.inject(op, nth, fault);
+    let mut fired_at = None;
+    for (i, what) in SCRIPT.into_iter().enumerate() {
+        let started = Instant::now();
+        if let Err(err) = step(&mut node.engine, &mut acked, what).await {
+            acked.errors.push(format!("{what:?}: {err}"));
+        }
+        let took = started.elapsed();
+        // A step makes a handful of requests; one of them may hang until its deadline.
+        assert!(
+            took < DEADLINE * 2 + SLACK,
+            "{op:?}#{nth} {fault:?}: {what:?} took {took:?}"
+        );
+        if fired_at.is_none() && faults.fired() {
+            fired_at = Some(i);
+            faults.set_down(false);
+            node.close();
+            node = open(dir.path(), &faults, check);
+        }
+    }
+    node.close();
+    check_after_restart(dir.path(), &faults, &acked, (op, nth, fault)).await;
+    fired_at.is_some()
+}
+
+/// After a restart on a store without faults: every acknowledged byte reads back, a deleted
+/// stream stays deleted, `verify` is clean (no chunk points at a missing or wrong object),
+/// and GC and the sweep leave it clean.
+async fn check_after_restart(
+    dir: &Path,
+    faults: &FaultObjectStore,
+    acked: &Acked,
+    case: (ObjectOp, u64, ObjectFault),
+) {
+    let mut node = open(dir, faults, UploadCheck::ReadBack);
+    for pass in 0..2 {
+        for (s, id) in [stream("x0"), stream("x1")].iter().enumerate() {
+            let got = read(&mut node.engine, id, 0).await;
+            if acked.deleted[s] {
+                assert!(got.is_err(), "{case:?}: deleted stream {s} came back");
+            } else {
+                assert_eq!(
+                    got.as_deref().ok(),
+                    Some(&acked.models[s][..]),
+                    "{case:?} (pass {pass}): stream {s}; errors {:?}",
+                    acked.errors
+                );
+            }
+        }
+        let report = node.engine.verify().await;
+        assert!(
+            report.is_clean(),
+            "{case:?} (pass {pass}): {report:?}; errors {:?}",
+            acked.errors
+        );
+        let p = placement();
+        node.engine
+            .run_cold_gc(u64::MAX / 2, 100, p)
+            .await
+            .expect("gc");
+        node.engine.sweep_orphan_objects().await.expect("sweep");
+    }
+    node.close();
+}
+
+/// Requests of each kind the workload makes with uploads checked by `check`.
+async fn count_requests(check: UploadCheck) -> [(ObjectOp, u64); 5] {
+    let dry = FaultObjectStore::new(Arc::new(InMemory::new()));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut node = open(dir.path(), &dry, check);
+    let mut acked = Acked::default();
+    for (s, id) in [stream("x0"), stream("x1")].iter().enumerate() {
+        create(&mut node.engine, id).await;
+        append(&mut node.engine, id, &mut acked.models[s], 30).await;
+    }
+    for what in SCRIPT {
+        step(&mut node.engine, &mut acked, what)
+            .await
+            .expect("dry run");
+    }
+    node.close();
+    ObjectOp::ALL.map(|op| (op, dry.count(op)))
+}
+
+/// Every fault kind at every request of every kind the workload makes, with uploads read
+/// back and with uploads checked by size (as S3 with checksums: every fault but a silently
+/// substituted body, which such a server refuses), and a restart after the faulted step:
+/// nothing acknowledged is lost or replaced, nothing referenced deleted, no step waits past
+/// the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cold_path_under_every_object_store_fault_and_a_restart() {
+    for check in [UploadCheck::ReadBack, UploadCheck::Size] {
+        let counts = count_requests(check).await;
+        let (mut runs, mut fired) = (0, 0);
+        for (op, count) in counts {
+            for nth in 0..count {
+                for fault in ObjectFault::ALL {
+                    if check == UploadCheck::Size && fault == ObjectFault::Substitute {
+                        continue;
+                    }
+                    runs += 1;
+                    fired += u64::from(run_with_fault(check, op, nth, fault).await);
+                }
+            }
+        }
+        println!("cold faults, {check:?}: requests {counts:?}, {runs} runs, {fired} faults fired");
+        let made = |op: ObjectOp| counts.iter().any(|&(o, n)| o == op && n > 0);
+        let head = check == UploadCheck::Size;
+        assert!(
+            [
+                ObjectOp::Put,
+                ObjectOp::Get,
+                ObjectOp::Delete,
+                ObjectOp::List
+            ]
+            .into_iter()
+            .all(made)
+                && made(ObjectOp::Head) == head,
+            "the requests made: {counts:?}"
+        );
+        assert_eq!(fired, runs, "every planned fault fired");
+    }
 }
