@@ -1,12 +1,15 @@
 //! Criterion benches of the group engine, each beside RocksDB doing the same durable work in the
 //! same run (see `strata::tools::group_bench`): single and batched appends, reads of hot and of
-//! cold bytes, and flush throughput to the local cold store.
+//! cold bytes (from the object cache, and fetched and checked on every read), and flush
+//! throughput to the local cold store.
 
 use std::time::Duration;
 
 mod common;
 use common::runtime;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use strata::cold::ColdStore;
+use strata::group::{DiskGroupEngine, GroupOptions};
 use strata::tools::group_bench::{
     open_engine, strata_appends, strata_batches, strata_flush_all, strata_read, GroupWorkload,
     RocksStreams,
@@ -100,6 +103,16 @@ fn reads_and_flush(c: &mut Criterion) {
     let flush = rt.block_on(strata_flush_all(&mut engine)).unwrap();
     assert_eq!(flush.bytes, bytes);
     g.bench_function("strata/cold_local", |b| {
+        b.iter(|| rt.block_on(strata_read(&mut engine, &big, 0)).unwrap())
+    });
+    // Without the object cache every read fetches, decodes and checks each chunk's digest.
+    drop(engine);
+    let cold = ColdStore::local(&strata_dir.path().join("cold"))
+        .unwrap()
+        .with_cache_bytes(0);
+    let mut engine =
+        DiskGroupEngine::open(&_store, "bench", cold, GroupOptions::default()).unwrap();
+    g.bench_function("strata/cold_local_uncached", |b| {
         b.iter(|| rt.block_on(strata_read(&mut engine, &big, 0)).unwrap())
     });
     g.finish();
