@@ -649,3 +649,77 @@ async fn a_consumer_resumes_from_its_committed_position_after_a_restart() {
     assert_eq!(reopened.committed("meta", "racer", 1), in_memory);
     assert_eq!(reopened.committed("meta", "indexer", 0), Some(3));
 }
+
+/// A read error reaches the consumer: the checked stream delivers every record before the
+/// damage, then the error naming the segment file as its last item, then ends; the seam's
+/// stream delivers the same records and ends instead of waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (_store, log) = open(dir.path(), 1, LogOptions::default().with_segment_bytes(4096));
+    for i in 0..80 {
+        log.publish(0, Bytes::from(format!("{i:03}-{}", "x".repeat(90))))
+            .await
+            .unwrap();
+    }
+    let segments = dir.path().join("logs/meta/0");
+    let mut names: Vec<std::path::PathBuf> = std::fs::read_dir(&segments)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 3, "{names:?}");
+    // Flip one byte inside the second segment's first batch (in place: the file is mapped).
+    let damaged = &names[1];
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(damaged).unwrap();
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, 100).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x01], 100).unwrap();
+    let before: i64 = damaged
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert!(before > 0);
+
+    let (mut checked, _handle) = log.subscribe_checked(vec![start(0, 0)]);
+    let mut offsets = Vec::new();
+    let error = loop {
+        let next = tokio::time::timeout(Duration::from_secs(10), checked.next())
+            .await
+            .expect("the stream answers");
+        match next.expect("an error comes before the end") {
+            Ok(record) => offsets.push(record.offset),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(offsets, (0..before).collect::<Vec<_>>(), "every record before the damage");
+    let message = error.to_string();
+    assert!(
+        message.contains(&damaged.display().to_string()),
+        "the error names the file: {message}"
+    );
+    let after = tokio::time::timeout(Duration::from_secs(10), checked.next()).await;
+    assert!(matches!(after, Ok(None)), "the error is the last item");
+
+    let (mut seam, _handle) = log.subscribe(vec![start(0, 0)]);
+    let delivered = take(&mut seam, before as usize).await;
+    assert_eq!(delivered.last().map(|r| r.offset), Some(before - 1));
+    let end = tokio::time::timeout(Duration::from_secs(10), seam.next()).await;
+    assert!(matches!(end, Ok(None)), "the seam's stream ends on the error");
+
+    // A range read visits the records before the damage, then returns the error.
+    let mut visited = Vec::new();
+    let ranged = log
+        .visit_range(0, 0, 80, &mut |r: MetadataEventRecord| {
+            visited.push(r.offset);
+            Ok(())
+        })
+        .await;
+    assert_eq!(visited, (0..before).collect::<Vec<_>>());
+    let message = ranged.expect_err("the damage is an error").to_string();
+    assert!(message.contains(&damaged.display().to_string()), "{message}");
+}

@@ -3,7 +3,10 @@
 
 pub mod positions;
 mod seam;
+mod page;
 mod subscription;
+
+pub use subscription::CheckedEventStream;
 
 use std::sync::Arc;
 
@@ -17,7 +20,7 @@ pub use seam::{
 
 use crate::error::StoreError;
 use crate::log::Log;
-use crate::segment::{NewRecord, Record};
+use crate::segment::NewRecord;
 
 /// Bytes of batches a range read holds at once.
 pub const RANGE_PAGE_BYTES: usize = 1 << 20;
@@ -27,17 +30,6 @@ pub const RANGE_PAGE_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct DiskEventLog {
     log: Log,
-}
-
-pub(crate) fn to_event(partition: i32, record: Record) -> MetadataEventRecord {
-    let tombstone = record.is_tombstone();
-    MetadataEventRecord {
-        partition,
-        offset: record.offset,
-        key: record.key,
-        payload: record.value.unwrap_or_default(),
-        tombstone,
-    }
 }
 
 impl From<StoreError> for MetadataLogError {
@@ -76,6 +68,16 @@ impl DiskEventLog {
     /// The underlying log (for compaction, retention, statistics).
     pub fn log(&self) -> &Log {
         &self.log
+    }
+
+    /// [`MetadataEventLog::subscribe`] whose stream ends with the error of a failed read (a
+    /// corrupt segment, an I/O error) as its last item, so a consumer can tell damage from a
+    /// close (the seam's stream, whose items cannot carry an error, logs it and ends).
+    pub fn subscribe_checked(
+        &self,
+        assignment: Vec<PartitionStart>,
+    ) -> (CheckedEventStream, Arc<dyn AssignmentHandle>) {
+        subscription::subscribe_checked(&self.log, assignment)
     }
 
     /// Closes the log: later operations fail with [`MetadataLogError::Closed`], streams end.
@@ -203,23 +205,19 @@ impl MetadataEventLog for DiskEventLog {
         }
         let mut next = start;
         while next < end {
-            let log = self.log.clone();
-            let from = next;
-            let page = tokio::task::spawn_blocking(move || log.read(p, from, RANGE_PAGE_BYTES))
-                .await
-                .map_err(|e| MetadataLogError::Other(format!("range read task failed: {e}")))??;
-            if page.next_offset <= next {
+            let page = page::read_page(&self.log, p, (next, end), RANGE_PAGE_BYTES).await;
+            for record in page.records {
+                visit(record)?;
+            }
+            if let Some(e) = page.failure {
+                return Err(e);
+            }
+            if page.next <= next {
                 return Err(MetadataLogError::Other(format!(
                     "partition {partition} returned no record before {end}"
                 )));
             }
-            for record in page.records {
-                if record.offset >= end {
-                    return Ok(());
-                }
-                visit(to_event(partition, record))?;
-            }
-            next = page.next_offset;
+            next = page.next;
         }
         Ok(())
     }

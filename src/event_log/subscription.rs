@@ -3,17 +3,26 @@
 //!
 //! The stream never drops a record: it reads pages from the segments at its own pace, so a slow
 //! subscriber costs one page of memory, not lost records. Each partition's records are delivered
-//! once each, in offset order. The stream ends when the log is closed or a read fails.
+//! once each, in offset order. The stream ends when the log is closed; a read that fails (a
+//! corrupt segment, an I/O error) ends it too, after the error as its last item
+//! ([`CheckedEventStream`]; the seam's stream, whose items cannot carry an error, logs it and
+//! ends).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use futures::stream;
+use futures::{stream, Stream, StreamExt};
 use tokio::sync::watch;
 
-use super::seam::{AssignmentHandle, MetadataEventRecord, MetadataEventStream, PartitionStart};
-use super::to_event;
+use super::seam::{
+    AssignmentHandle, MetadataEventRecord, MetadataEventStream, MetadataLogError, PartitionStart,
+};
+use super::page::read_page;
 use crate::log::Log;
+
+/// A subscription's records, and, if a read fails, the error as the last item.
+pub type CheckedEventStream =
+    std::pin::Pin<Box<dyn Stream<Item = Result<MetadataEventRecord, MetadataLogError>> + Send>>;
 
 /// Bytes of batches one refill of the stream reads from one partition.
 const PAGE_BYTES: usize = 256 << 10;
@@ -85,6 +94,9 @@ struct StreamState {
     commits: watch::Receiver<u64>,
     assignment: watch::Receiver<u64>,
     buffer: VecDeque<(u64, MetadataEventRecord)>,
+    /// The error a read met after the buffered records (partition, cursor generation): the
+    /// stream's last item once they are delivered, if the partition is still assigned.
+    failure: Option<(i32, u64, MetadataLogError)>,
     last_partition: i32,
     /// This subscription's number in the process (the `subscription` label of its lag gauge).
     id: u64,
@@ -93,11 +105,33 @@ struct StreamState {
 /// Numbers subscriptions for their metrics.
 static SUBSCRIPTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Creates a subscription over `log` starting at `assignment`.
+/// Creates a subscription over `log` starting at `assignment` (the seam's form: a read error is
+/// logged and ends the stream).
 pub(crate) fn subscribe(
     log: &Log,
     assignment: Vec<PartitionStart>,
 ) -> (MetadataEventStream, Arc<dyn AssignmentHandle>) {
+    let (checked, handle) = subscribe_checked(log, assignment);
+    let name = log.name().to_string();
+    let records = checked.scan((), move |_, item| {
+        let next = match item {
+            Ok(record) => Some(record),
+            Err(e) => {
+                tracing::error!(log = %name, error = %e, "a subscription ended on a read error");
+                None
+            }
+        };
+        std::future::ready(next)
+    });
+    (Box::pin(records), handle)
+}
+
+/// Creates a subscription over `log` starting at `assignment` whose stream ends with the error
+/// of a failed read as its last item.
+pub(crate) fn subscribe_checked(
+    log: &Log,
+    assignment: Vec<PartitionStart>,
+) -> (CheckedEventStream, Arc<dyn AssignmentHandle>) {
     let (changed, assignment_rx) = watch::channel(0u64);
     let commits = log.commits();
     let sub = Arc::new(Subscription {
@@ -113,12 +147,17 @@ pub(crate) fn subscribe(
         commits,
         assignment: assignment_rx,
         buffer: VecDeque::new(),
+        failure: None,
         last_partition: -1,
         id: SUBSCRIPTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     };
-    let stream = stream::unfold(state, |mut st| async move {
-        let record = next_record(&mut st).await?;
-        Some((record, st))
+    // `None` once the stream delivered its error.
+    let stream = stream::unfold(Some(state), |st| async move {
+        let mut st = st?;
+        match next_record(&mut st).await? {
+            Ok(record) => Some((Ok(record), Some(st))),
+            Err(e) => Some((Err(e), None)),
+        }
     });
     (Box::pin(stream), sub)
 }
@@ -138,8 +177,8 @@ fn take_buffered(st: &mut StreamState) -> Option<MetadataEventRecord> {
 }
 
 /// Reads the next page of some assigned partition that has records past its cursor (round robin).
-/// Returns false when nothing is readable now, `None` when the stream must end.
-async fn refill(st: &mut StreamState) -> Option<bool> {
+/// Returns false when nothing is readable now.
+async fn refill(st: &mut StreamState) -> Result<bool, MetadataLogError> {
     let cursors: Vec<(i32, Cursor)> = {
         let state = st.sub.lock();
         let after = state.cursors.range(st.last_partition + 1..);
@@ -147,51 +186,60 @@ async fn refill(st: &mut StreamState) -> Option<bool> {
         after.chain(before).map(|(p, c)| (*p, *c)).collect()
     };
     for (partition, cursor) in cursors {
-        let high = st.sub.log.high_water_mark(partition as u32).ok()?;
+        let high = st.sub.log.high_water_mark(partition as u32)?;
         crate::metrics::subscriber_lag(st.sub.log.name(), partition, st.id, high - cursor.next);
         if cursor.next >= high {
             continue;
         }
-        let log = st.sub.log.clone();
-        let page = tokio::task::spawn_blocking(move || {
-            log.read(partition as u32, cursor.next, PAGE_BYTES)
-        })
-        .await
-        .ok()?
-        .ok()?;
+        let page = read_page(&st.sub.log, partition as u32, (cursor.next, high), PAGE_BYTES).await;
         st.last_partition = partition;
+        if let Some(e) = page.failure {
+            st.failure = Some((partition, cursor.generation, e));
+        }
         if page.records.is_empty() {
             // A compacted gap or retention moved past the cursor: step over it.
             let mut state = st.sub.lock();
             if let Some(c) = state.cursors.get_mut(&partition) {
                 if c.generation == cursor.generation {
-                    c.next = c.next.max(page.next_offset);
+                    c.next = c.next.max(page.next);
                 }
             }
-            return Some(true);
+            return Ok(true);
         }
-        st.buffer.extend(
-            page.records
-                .into_iter()
-                .map(|r| (cursor.generation, to_event(partition, r))),
-        );
-        return Some(true);
+        let generation = cursor.generation;
+        st.buffer
+            .extend(page.records.into_iter().map(|r| (generation, r)));
+        return Ok(true);
     }
-    Some(false)
+    Ok(false)
 }
 
-async fn next_record(st: &mut StreamState) -> Option<MetadataEventRecord> {
+/// The next record, the error that ends the stream, or `None` once the log is closed.
+async fn next_record(
+    st: &mut StreamState,
+) -> Option<Result<MetadataEventRecord, MetadataLogError>> {
     loop {
         if st.sub.log.is_closed() {
             return None;
         }
         if let Some(record) = take_buffered(st) {
-            return Some(record);
+            return Some(Ok(record));
+        }
+        if let Some((partition, generation, e)) = st.failure.take() {
+            let assigned = st.sub.lock().cursors.get(&partition).map(|c| c.generation);
+            match e {
+                MetadataLogError::Closed => return None,
+                e if assigned == Some(generation) => return Some(Err(e)),
+                _ => {}
+            }
         }
         st.commits.borrow_and_update();
         st.assignment.borrow_and_update();
-        if refill(st).await? {
-            continue;
+        match refill(st).await {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(MetadataLogError::Closed) => return None,
+            Err(e) => return Some(Err(e)),
         }
         tokio::select! {
             changed = st.commits.changed() => changed.ok()?,

@@ -1,0 +1,142 @@
+//! One page of a partition's records as the seam hands them out, read off the async executor. A
+//! page holds about a bounded number of bytes. It is read with [`Log::read`] (records share the
+//! page's buffers: no allocation per record); where that fails, the page is read again with the
+//! log's borrowing visitor, which keeps the records before the damage, then the error.
+
+use bytes::Bytes;
+
+use super::seam::{MetadataEventRecord, MetadataLogError};
+use crate::error::StoreError;
+use crate::log::Log;
+use crate::segment::{Record, RecordRef};
+
+/// Bytes a record costs a page beyond its key and payload (its fields).
+const RECORD_OVERHEAD: usize = 32;
+
+/// Records of one partition from an offset on, and where the next page starts.
+#[derive(Debug, Default)]
+pub(crate) struct EventPage {
+    /// The records, in offset order.
+    pub records: Vec<MetadataEventRecord>,
+    /// Where the next page starts (past compacted gaps the page stepped over).
+    pub next: i64,
+    /// The error that ended the page early (after `records`), if any.
+    pub failure: Option<MetadataLogError>,
+}
+
+/// Why a visit stopped before `until`.
+enum Stop {
+    /// The page holds its bytes.
+    Full,
+    /// The read failed.
+    Failed(StoreError),
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+/// The seam's form of a record of `partition`.
+fn owned_event(partition: i32, record: Record) -> MetadataEventRecord {
+    let tombstone = record.is_tombstone();
+    MetadataEventRecord {
+        partition,
+        offset: record.offset,
+        key: record.key,
+        payload: record.value.unwrap_or_default(),
+        tombstone,
+    }
+}
+
+/// The seam's copy of a borrowed record of `partition`.
+fn event(partition: i32, r: &RecordRef<'_>) -> MetadataEventRecord {
+    MetadataEventRecord {
+        partition,
+        offset: r.offset,
+        key: r.key.map(Bytes::copy_from_slice),
+        payload: r.value.map(Bytes::copy_from_slice).unwrap_or_default(),
+        tombstone: r.is_tombstone(),
+    }
+}
+
+/// Reads the records of `partition` in `[from, until)` holding about `max_bytes` (at least
+/// one record), on a blocking thread.
+pub(crate) async fn read_page(
+    log: &Log,
+    partition: u32,
+    (from, until): (i64, i64),
+    max_bytes: usize,
+) -> EventPage {
+    let log = log.clone();
+    let read = tokio::task::spawn_blocking(move || page(&log, partition, (from, until), max_bytes));
+    read.await.unwrap_or_else(|e| EventPage {
+        records: Vec::new(),
+        next: from,
+        failure: Some(MetadataLogError::Other(format!("read task failed: {e}"))),
+    })
+}
+
+/// [`read_page`] on the calling thread.
+fn page(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usize) -> EventPage {
+    let seam_partition = partition as i32;
+    match log.read(partition, from, max_bytes) {
+        Ok(page) => {
+            let records: Vec<MetadataEventRecord> = page
+                .records
+                .into_iter()
+                .take_while(|r| r.offset < until)
+                .map(|r| owned_event(seam_partition, r))
+                .collect();
+            let next = match records.last() {
+                Some(last) if last.offset + 1 >= until => until,
+                _ => page.next_offset,
+            };
+            EventPage {
+                records,
+                next,
+                failure: None,
+            }
+        }
+        Err(StoreError::Closed) => EventPage {
+            records: Vec::new(),
+            next: from,
+            failure: Some(MetadataLogError::Closed),
+        },
+        Err(_) => salvaged(log, partition, (from, until), max_bytes),
+    }
+}
+
+/// [`page`] through the borrowing visitor: the records before a failure, then the failure.
+fn salvaged(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usize) -> EventPage {
+    let seam_partition = partition as i32;
+    let mut records = Vec::new();
+    let mut bytes = 0;
+    let visited = log.visit(partition, from, until, &mut |r: RecordRef<'_>| {
+        bytes += r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len) + RECORD_OVERHEAD;
+        records.push(event(seam_partition, &r));
+        if bytes >= max_bytes {
+            return Err(Stop::Full);
+        }
+        Ok(())
+    });
+    let after_last = records.last().map_or(from, |r| r.offset + 1);
+    match visited {
+        Ok(next) => EventPage {
+            records,
+            next,
+            failure: None,
+        },
+        Err(Stop::Full) => EventPage {
+            records,
+            next: after_last,
+            failure: None,
+        },
+        Err(Stop::Failed(e)) => EventPage {
+            records,
+            next: after_last,
+            failure: Some(e.into()),
+        },
+    }
+}
