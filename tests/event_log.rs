@@ -657,7 +657,11 @@ async fn a_consumer_resumes_from_its_committed_position_after_a_restart() {
 async fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment() {
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
-    let (_store, log) = open(dir.path(), 1, LogOptions::default().with_segment_bytes(4096));
+    let (_store, log) = open(
+        dir.path(),
+        1,
+        LogOptions::default().with_segment_bytes(4096),
+    );
     for i in 0..80 {
         log.publish(0, Bytes::from(format!("{i:03}-{}", "x".repeat(90))))
             .await
@@ -674,7 +678,11 @@ async fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment() {
     assert!(names.len() >= 3, "{names:?}");
     // Flip one byte inside the second segment's first batch (in place: the file is mapped).
     let damaged = &names[1];
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(damaged).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(damaged)
+        .unwrap();
     let mut byte = [0u8; 1];
     file.read_exact_at(&mut byte, 100).unwrap();
     file.write_all_at(&[byte[0] ^ 0x01], 100).unwrap();
@@ -696,7 +704,11 @@ async fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment() {
             Err(e) => break e,
         }
     };
-    assert_eq!(offsets, (0..before).collect::<Vec<_>>(), "every record before the damage");
+    assert_eq!(
+        offsets,
+        (0..before).collect::<Vec<_>>(),
+        "every record before the damage"
+    );
     let message = error.to_string();
     assert!(
         message.contains(&damaged.display().to_string()),
@@ -709,7 +721,10 @@ async fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment() {
     let delivered = take(&mut seam, before as usize).await;
     assert_eq!(delivered.last().map(|r| r.offset), Some(before - 1));
     let end = tokio::time::timeout(Duration::from_secs(10), seam.next()).await;
-    assert!(matches!(end, Ok(None)), "the seam's stream ends on the error");
+    assert!(
+        matches!(end, Ok(None)),
+        "the seam's stream ends on the error"
+    );
 
     // A range read visits the records before the damage, then returns the error.
     let mut visited = Vec::new();
@@ -721,5 +736,8 @@ async fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment() {
         .await;
     assert_eq!(visited, (0..before).collect::<Vec<_>>());
     let message = ranged.expect_err("the damage is an error").to_string();
-    assert!(message.contains(&damaged.display().to_string()), "{message}");
+    assert!(
+        message.contains(&damaged.display().to_string()),
+        "{message}"
+    );
 }

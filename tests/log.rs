@@ -1133,3 +1133,71 @@ fn a_segment_shorter_than_its_capacity_is_extended_and_appended_past_its_old_end
         assert_eq!(r.value.as_deref(), Some(&value(i as u8)[..]), "record {i}");
     }
 }
+
+/// A dropped `append` future (cancellation) on a `Durability::Sync` log: dropped before its
+/// first poll, nothing is appended; dropped while it waits for its round, its batch keeps the
+/// offsets it was written at, is never readable before it is durable, and becomes durable and
+/// readable with the next round (another append's, `sync`, or `close`), unacknowledged; the
+/// appends around it are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_append_future_is_unacknowledged_and_never_read_before_it_is_durable() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, store) = common::fault_store(dir.path());
+    let log = store.open_log("c", 1, LogOptions::default()).unwrap();
+    let record = |s: &str| vec![NewRecord::value(1, Bytes::copy_from_slice(s.as_bytes()))];
+    log.append(0, record("a")).await.unwrap();
+
+    // Dropped before its first poll: nothing appended.
+    drop(log.append(0, record("never")));
+    assert_eq!(log.high_water_mark(0).unwrap(), 1);
+
+    // A slow round led by a thread; meanwhile a task writes its batch and queues, then drops.
+    fs.set_sync_delay(Duration::from_millis(300));
+    let leader = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            log.append_blocking(0, vec![NewRecord::value(1, Bytes::from("b"))])
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let mut dropped = Box::pin(log.append(0, record("dropped")));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        matches!(dropped.as_mut().poll(&mut cx), Poll::Pending),
+        "the task queued behind the running round"
+    );
+    drop(dropped);
+    fs.set_sync_delay(Duration::ZERO);
+    assert_eq!(leader.join().unwrap().unwrap().0, 1);
+    // The leader may have chained a round for the queued batch. Whatever is readable now is
+    // durable: a power cut now (nothing unsynced survives) keeps every readable record.
+    let high = log.high_water_mark(0).unwrap();
+    assert!((2..=3).contains(&high), "{high}");
+    let image = tempfile::tempdir().unwrap();
+    fs.write_crash_image(image.path(), strata::fs::CrashMode::Strict)
+        .unwrap();
+    {
+        let crashed = Store::open(image.path()).unwrap();
+        let after = crashed.open_log("c", 1, LogOptions::default()).unwrap();
+        assert!(
+            after.high_water_mark(0).unwrap() >= high,
+            "readable before durable"
+        );
+    }
+
+    // The next append's round covers it in any case: offsets go on after it, it reads back.
+    let next = log.append(0, record("c")).await.unwrap();
+    assert_eq!(next.0, 3, "the dropped batch kept offset 2");
+    let values: Vec<Bytes> = log
+        .read(0, 0, 1 << 20)
+        .unwrap()
+        .records
+        .into_iter()
+        .filter_map(|r| r.value)
+        .collect();
+    assert_eq!(values, ["a", "b", "dropped", "c"].map(Bytes::from));
+    log.close().await.unwrap();
+    store.close_blocking().unwrap();
+}

@@ -1,9 +1,9 @@
 //! The `MetadataEventLog` seam on a Strata [`Log`]: durable publish, keyed publish and groups,
 //! live subscriptions, water marks and bounded range reads.
 
+mod page;
 pub mod positions;
 mod seam;
-mod page;
 mod subscription;
 
 pub use subscription::CheckedEventStream;

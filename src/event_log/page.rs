@@ -1,7 +1,8 @@
 //! One page of a partition's records as the seam hands them out, read off the async executor. A
-//! page holds about a bounded number of bytes. It is read with [`Log::read`] (records share the
-//! page's buffers: no allocation per record); where that fails, the page is read again with the
-//! log's borrowing visitor, which keeps the records before the damage, then the error.
+//! page holds about a bounded number of bytes. It is read with [`Log::read`] (each record's key
+//! and payload are zero-copy slices of the segment's mapping, or of its decompressed batch);
+//! where that fails, the page is read again with the log's borrowing visitor, which keeps (as
+//! copies) the records before the damage, then the error.
 
 use bytes::Bytes;
 

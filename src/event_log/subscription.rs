@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use futures::{stream, Stream, StreamExt};
 use tokio::sync::watch;
 
+use super::page::read_page;
 use super::seam::{
     AssignmentHandle, MetadataEventRecord, MetadataEventStream, MetadataLogError, PartitionStart,
 };
-use super::page::read_page;
 use crate::log::Log;
 
 /// A subscription's records, and, if a read fails, the error as the last item.
@@ -191,7 +191,13 @@ async fn refill(st: &mut StreamState) -> Result<bool, MetadataLogError> {
         if cursor.next >= high {
             continue;
         }
-        let page = read_page(&st.sub.log, partition as u32, (cursor.next, high), PAGE_BYTES).await;
+        let page = read_page(
+            &st.sub.log,
+            partition as u32,
+            (cursor.next, high),
+            PAGE_BYTES,
+        )
+        .await;
         st.last_partition = partition;
         if let Some(e) = page.failure {
             st.failure = Some((partition, cursor.generation, e));

@@ -294,6 +294,14 @@ impl Log {
 
     /// Appends `records` to `partition` as one batch; resolves to the first and last offsets
     /// once the records are durable (or acknowledged, under `Durability::Interval`).
+    ///
+    /// Dropping the future (cancellation): before its first poll, or while it waits for room
+    /// in the journal, nothing is appended. Once polled past that, the batch is written at its
+    /// offsets (the same first poll): under `Durability::Interval` the append is then done;
+    /// under `Durability::Sync` the batch becomes durable, then readable, with the next
+    /// journal round (another append's, [`Log::sync`], a checkpoint, or [`Log::close`]), never
+    /// readable before it is durable, and unacknowledged: a power cut before that round loses
+    /// it like any write whose answer never came. Other appends are not held up by it.
     pub async fn append(
         &self,
         partition: u32,
