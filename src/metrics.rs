@@ -1,6 +1,6 @@
 //! The metrics Strata reports through the `metrics` facade (install any recorder, such as a
 //! Prometheus exporter, to collect them; without one each call costs a few nanoseconds). Every
-//! name and label is here, in one place; README "Observability" lists them.
+//! name and label is here, in one place; docs/guide.md, "Observability", lists them.
 
 use std::time::Duration;
 
