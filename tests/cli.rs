@@ -274,3 +274,56 @@ fn read_and_tail_count_records_across_the_gaps_compaction_leaves() {
     let last_two = offsets(strata(&[os("tail"), d, os("kv"), os("--last"), os("2")]));
     assert_eq!(last_two, all[9..].to_vec());
 }
+
+/// Every tool that opens a store refuses a directory that is not one (an empty or mistyped
+/// path), with a clear error, and leaves it as it was.
+#[test]
+fn tools_refuse_a_directory_that_is_not_a_store_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("backup");
+    let d = dir.path().as_os_str();
+    let commands: Vec<Vec<&std::ffi::OsStr>> = vec![
+        vec!["verify".as_ref(), d],
+        vec!["inspect".as_ref(), d],
+        vec!["inspect".as_ref(), d, "--json".as_ref()],
+        vec!["read".as_ref(), d, "events".as_ref()],
+        vec!["tail".as_ref(), d, "events".as_ref()],
+        vec!["compact".as_ref(), d, "events".as_ref()],
+        vec!["backup".as_ref(), d, dest.as_os_str()],
+    ];
+    for args in commands {
+        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains("not a Strata store"), "{args:?}: {stderr}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "{args:?} changed the directory: {left:?}");
+    }
+}
+
+/// `dump` of a segment still preallocated (the active one) prints its batches and ends at its
+/// data, successfully: the zeros after it are not damage.
+#[test]
+fn dump_of_an_active_segment_ends_at_its_data() {
+    let dir = store_with_a_log();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("dump")
+        .arg(segment(&dir))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(
+        stdout.contains("offset 19999 "),
+        "the last record is printed"
+    );
+    assert!(
+        stdout.contains("end of data at byte"),
+        "{}",
+        &stdout[stdout.len().saturating_sub(300)..]
+    );
+}

@@ -199,9 +199,8 @@ fn main() -> ExitCode {
             only,
             passes,
         } => bench(dir, records, only.as_deref(), passes),
-        Command::Inspect { dir, json: false } => {
-            tool_result(strata::tools::inspect_store(&dir, &mut std::io::stdout()))
-        }
+        Command::Inspect { dir, json: false } => require_store(&dir)
+            .and_then(|()| tool_result(strata::tools::inspect_store(&dir, &mut std::io::stdout()))),
         Command::Inspect { dir, json: true } => inspect_json(&dir),
         Command::Verify { dir, cold, json } => verify(&dir, cold.as_deref(), json),
         Command::Backup {
@@ -254,6 +253,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 }
 
 fn inspect_json(dir: &std::path::Path) -> Result<(), String> {
+    require_store(dir)?;
     let summary = strata::tools::summarize_store(dir).map_err(|e| e.to_string())?;
     let logs: Vec<_> = summary
         .logs
@@ -288,6 +288,7 @@ fn inspect_json(dir: &std::path::Path) -> Result<(), String> {
 }
 
 fn verify(dir: &std::path::Path, cold: Option<&str>, json: bool) -> Result<(), String> {
+    require_store(dir)?;
     let report = strata::tools::verify_store(dir).map_err(|e| e.to_string())?;
     let groups = runtime()?.block_on(verify_groups(dir, cold))?;
     let corrupt = report.findings.iter().filter(|f| f.corrupt).count()
@@ -423,6 +424,7 @@ fn open_groups(
 
 /// `strata backup`: opens the store and its groups, and writes the backup.
 fn backup(dir: &Path, dest: &Path, cold: Option<&str>, json: bool) -> Result<(), String> {
+    require_store(dir)?;
     let store = Store::open(dir).map_err(|e| e.to_string())?;
     let _groups = open_groups(&store, cold)?;
     let report = store.backup(dest).map_err(|e| e.to_string())?;
@@ -464,7 +466,21 @@ fn print_copy(
 }
 
 /// Opens the existing log `name` of the store in `dir`.
+/// Refuses a directory that is not a Strata store (no MANIFEST): a tool must never turn an empty
+/// or mistyped directory into one.
+fn require_store(dir: &Path) -> Result<(), String> {
+    if dir.join("MANIFEST").is_file() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: not a Strata store (no MANIFEST); nothing was changed",
+            dir.display()
+        ))
+    }
+}
+
 fn open_existing(dir: &std::path::Path, name: &str) -> Result<(Store, strata::Log), String> {
+    require_store(dir)?;
     let store = Store::open(dir).map_err(|e| e.to_string())?;
     let entry = store
         .logs()

@@ -208,7 +208,18 @@ pub fn dump_segment(path: &Path, out: &mut dyn Write) -> StoreResult<()> {
     )
     .map_err(w)?;
     let mut pos = SEGMENT_HEADER_LEN;
+    let zero_tail = preallocated(&image);
     while pos < image.len() {
+        if zero_tail && image[pos..].iter().all(|&b| b == 0) {
+            // A preallocated segment's data ends where its zeros begin: the end, not damage.
+            writeln!(
+                out,
+                "end of data at byte {pos} ({} bytes of preallocated space follow)",
+                image.len() - pos
+            )
+            .map_err(w)?;
+            break;
+        }
         let (h, records) =
             decode_batch(&image[pos..]).map_err(|e| StoreError::corrupt(path, pos as u64, e))?;
         writeln!(
