@@ -37,6 +37,11 @@
 
 #![deny(missing_docs)]
 
+// Strata maps segment files, reserves blocks with `fallocate`, finds data with `SEEK_DATA` and
+// syncs with `fdatasync`, as Linux provides them.
+#[cfg(not(target_os = "linux"))]
+compile_error!("Strata supports Linux only (memory-mapped segments, fallocate, SEEK_DATA)");
+
 #[macro_use]
 mod setters;
 mod background;

@@ -6,6 +6,7 @@ use crate::segment::{Compression, RecoveryMode};
 
 /// When an append is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Durability {
     /// After the record is on stable storage (fdatasync). Concurrent appends share one sync.
     /// An acknowledged record survives a process crash and a power cut.

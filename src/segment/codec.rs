@@ -33,6 +33,7 @@ const RECORD_HAS_VALUE: u8 = 0b10;
 
 /// Per-batch compression of the records section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Compression {
     /// Records stored as they are.
     #[default]
