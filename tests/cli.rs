@@ -1,5 +1,6 @@
 //! The `strata` command line as a user runs it: a closed stdout ends a command quietly, and an
 //! output error names the output, not the store.
+#![cfg(feature = "cli")]
 
 use std::io::Read;
 use std::process::{Command, Stdio};

@@ -10,6 +10,9 @@
 //! `STRATA_POWER_CUT_SEED` replays the random images of a reported failure.
 //!
 //! [`FaultFs`]: strata::fs::FaultFs
+//!
+//! Built with the `ursula` feature (the group engine's and backup's workloads need it).
+#![cfg(feature = "ursula")]
 
 mod power_cut {
     pub mod backup_paths;
