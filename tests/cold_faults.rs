@@ -9,19 +9,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt};
 use strata::cold::{ColdStore, FaultObjectStore, ObjectFault, ObjectOp, UploadCheck};
 use strata::group::{DiskGroupEngine, GroupOptions};
 use strata::{LogOptions, Store};
-use ursula_runtime::{
-    AppendRequest, ColdWriteAdmission, CreateStreamRequest, DeleteStreamRequest, GroupEngine,
-    GroupEngineError, ReadStreamRequest,
-};
+use ursula_runtime::{DeleteStreamRequest, GroupEngine, GroupEngineError};
 use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
 
-const CT: &str = "application/octet-stream";
+#[path = "common/streams.rs"]
+mod streams;
 
 /// The deadline of every cold call in these tests.
 const DEADLINE: Duration = Duration::from_millis(250);
@@ -79,12 +76,7 @@ fn stream(name: &str) -> BucketStreamId {
 }
 
 async fn create(engine: &mut DiskGroupEngine, id: &BucketStreamId) {
-    let mut create = CreateStreamRequest::new(id.clone(), CT);
-    create.now_ms = 1;
-    engine
-        .create_stream(create, placement(), ColdWriteAdmission::default())
-        .await
-        .expect("create");
+    streams::create_stream(engine, id, placement()).await;
 }
 
 /// Appends `count` records to `id` and adds them to `model`.
@@ -94,21 +86,7 @@ async fn append(
     model: &mut Vec<u8>,
     count: usize,
 ) {
-    for i in 0..count {
-        let seed = model.len() + i;
-        let payload: Vec<u8> = (0..(80 + (seed * 13) % 300))
-            .map(|j| (seed * 7 + j) as u8)
-            .collect();
-        let mut r = AppendRequest::from_bytes(id.clone(), Bytes::from(payload.clone()));
-        r.content_type = CT.into();
-        r.now_ms = 2;
-        let response = engine
-            .append(r, placement(), ColdWriteAdmission::default())
-            .await
-            .expect("append");
-        assert_eq!(response.start_offset, model.len() as u64);
-        model.extend_from_slice(&payload);
-    }
+    streams::append_many(engine, id, model, (count, 2), placement()).await;
 }
 
 async fn read(
@@ -116,15 +94,7 @@ async fn read(
     id: &BucketStreamId,
     from: u64,
 ) -> Result<Vec<u8>, GroupEngineError> {
-    let r = ReadStreamRequest {
-        stream_id: id.clone(),
-        offset: from,
-        max_len: 1 << 24,
-        now_ms: 3,
-        record: None,
-        max_records: None,
-    };
-    engine.read_stream(r, placement()).await.map(|r| r.payload)
+    streams::read_from(engine, id, (from, 3), placement()).await
 }
 
 async fn delete(engine: &mut DiskGroupEngine, id: &BucketStreamId) -> Result<(), GroupEngineError> {

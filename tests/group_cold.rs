@@ -5,6 +5,8 @@
 
 mod common;
 mod s3_harness;
+#[path = "common/streams.rs"]
+mod streams;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,13 +18,13 @@ use strata::cold::{ColdStore, S3Config};
 use strata::group::{DiskGroupEngine, GroupOptions};
 use strata::{LogOptions, Store};
 use ursula_runtime::{
-    AppendRequest, ColdWriteAdmission, CreateStreamRequest, DeleteStreamRequest, FlushColdRequest,
-    GroupEngine, HeadStreamRequest, PlanColdFlushRequest, ReadStreamRequest,
+    AppendRequest, ColdWriteAdmission, DeleteStreamRequest, FlushColdRequest, GroupEngine,
+    HeadStreamRequest, PlanColdFlushRequest, ReadStreamRequest,
 };
 use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
 use ursula_stream::{ColdGcTarget, StreamErrorCode};
 
-const CT: &str = "application/octet-stream";
+use streams::CT;
 
 fn placement() -> ShardPlacement {
     ShardPlacement {
@@ -69,12 +71,7 @@ fn segment_files(dir: &Path) -> u64 {
 
 /// Creates binary stream `id` at time 1.
 async fn create_stream(engine: &mut DiskGroupEngine, id: &BucketStreamId) {
-    let mut create = CreateStreamRequest::new(id.clone(), CT);
-    create.now_ms = 1;
-    engine
-        .create_stream(create, placement(), ColdWriteAdmission::default())
-        .await
-        .expect("create");
+    streams::create_stream(engine, id, placement()).await;
 }
 
 async fn append_many(
@@ -84,20 +81,7 @@ async fn append_many(
     count: usize,
     now: u64,
 ) {
-    for i in 0..count {
-        let payload: Vec<u8> = (0..(50 + (i * 37) % 400))
-            .map(|j| (i * 7 + j) as u8)
-            .collect();
-        let mut r = AppendRequest::from_bytes(id.clone(), Bytes::from(payload.clone()));
-        r.content_type = CT.into();
-        r.now_ms = now;
-        let response = engine
-            .append(r, placement(), ColdWriteAdmission::default())
-            .await
-            .expect("append");
-        assert_eq!(response.start_offset, model.len() as u64);
-        model.extend_from_slice(&payload);
-    }
+    streams::append_many(engine, id, model, (count, now), placement()).await;
 }
 
 async fn read_all(
@@ -106,19 +90,9 @@ async fn read_all(
     from: u64,
     now: u64,
 ) -> Vec<u8> {
-    let r = ReadStreamRequest {
-        stream_id: id.clone(),
-        offset: from,
-        max_len: 1 << 24,
-        now_ms: now,
-        record: None,
-        max_records: None,
-    };
-    engine
-        .read_stream(r, placement())
+    streams::read_from(engine, id, (from, now), placement())
         .await
         .expect("read")
-        .payload
 }
 
 /// The whole lifecycle on one cold store, with a restart in the middle.
