@@ -344,7 +344,7 @@ pub struct Interleavings {
 /// the other threads make each count of operations in `others` (or wait for it; the long
 /// version takes every count up to the largest), then cuts the power just after the held
 /// operation, and checks the crash images: every place a background operation can take among
-/// the foreground's, crashed there.
+/// the foreground's, crashed there. Fails unless some held operation was reached and cut.
 pub fn explore_interleavings<W: Workload>(w: &W, thread: &str, others: &[u64]) -> Interleavings {
     let hold = |before, others| ThreadHold {
         thread: thread.to_string(),
@@ -387,6 +387,11 @@ pub fn explore_interleavings<W: Workload>(w: &W, thread: &str, others: &[u64]) -
     }
     println!(
         "interleavings {} / {thread}: {seen:?} (others {others:?})",
+        w.name()
+    );
+    assert!(
+        seen.reached > 0 && seen.cut > 0,
+        "{}: the held operations of {thread} were reached: {seen:?}",
         w.name()
     );
     seen

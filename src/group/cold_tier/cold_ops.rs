@@ -472,22 +472,20 @@ impl DiskGroupEngine {
         for (seq, error) in failed {
             if let Some(entry) = remove_gc_entry(&mut tx, seq) {
                 let new_seq = tx.state.next_gc_seq;
-                // The backoff is decided once the batch is durable (persist, then apply); the
-                // entry's `not_before_ms` is what the queue keeps.
                 let retry_at = now_ms.saturating_add(self.gc_backoff_ms(seq));
                 self.enqueue_gc(&mut tx, entry.target, retry_at);
-                failures.push(((seq, new_seq), error));
+                failures.push(((seq, new_seq), error, retry_at));
             }
         }
         tx.state.commit_index += 1;
         self.commit(tx)?;
+        // Memory follows once the batch is durable (persist, then apply).
         for seq in done {
             self.gc_failures.done(*seq);
         }
-        let base = self.options.cold_gc_backoff;
         let set = failures.len() as u64;
-        for (seqs, error) in failures {
-            self.gc_failures.failed(seqs, error, now_ms, base);
+        for (seqs, error, retry_at) in failures {
+            self.gc_failures.failed(seqs, error, retry_at);
         }
         crate::metrics::cold_gc_set_aside(&self.name, set, self.gc_failures.len());
         Ok(())

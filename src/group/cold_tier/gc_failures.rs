@@ -36,17 +36,11 @@ impl GcFailures {
         self.by_seq.get(&seq).map_or(0, |f| f.attempts)
     }
 
-    /// Records that the delete of entry `seq` failed with `error` at `now_ms`; the entry is
-    /// re-queued as `new_seq`. Returns when it is due again.
-    pub fn failed(
-        &mut self,
-        (seq, new_seq): (u64, u64),
-        error: String,
-        now_ms: u64,
-        base: Duration,
-    ) -> u64 {
-        let attempts = self.by_seq.remove(&seq).map_or(1, |f| f.attempts + 1);
-        let retry_at_ms = now_ms.saturating_add(backoff_ms(base, attempts));
+    /// Records that the delete of entry `seq` failed with `error`; the entry is re-queued as
+    /// `new_seq`, due again at `retry_at_ms` (see [`backoff_ms`]).
+    pub fn failed(&mut self, (seq, new_seq): (u64, u64), error: String, retry_at_ms: u64) {
+        let attempts = self.attempts(seq) + 1;
+        self.by_seq.remove(&seq);
         self.by_seq.insert(
             new_seq,
             ColdGcFailure {
@@ -56,7 +50,6 @@ impl GcFailures {
                 error,
             },
         );
-        retry_at_ms
     }
 
     /// Entry `seq` was deleted and acknowledged.
@@ -91,11 +84,16 @@ mod tests {
     fn backoff_doubles_up_to_its_cap_and_follows_the_entry() {
         let base = Duration::from_secs(60);
         let mut f = GcFailures::default();
-        assert_eq!(f.failed((1, 10), "403".into(), 0, base), 60_000);
-        assert_eq!(f.failed((10, 11), "403".into(), 0, base), 120_000);
-        assert_eq!(f.failed((11, 12), "403".into(), 0, base), 240_000);
+        let mut backoffs = Vec::new();
+        for (seq, new_seq) in [(1, 10), (10, 11), (11, 12)] {
+            let backoff = backoff_ms(base, f.attempts(seq) + 1);
+            f.failed((seq, new_seq), "403".into(), backoff);
+            backoffs.push(backoff);
+        }
+        assert_eq!(backoffs, [60_000, 120_000, 240_000]);
         assert_eq!(f.list().len(), 1);
         assert_eq!(f.list()[0].attempts, 3);
+        assert_eq!(f.list()[0].retry_at_ms, 240_000);
         assert_eq!(backoff_ms(base, 30), 3_600_000);
         assert_eq!(backoff_ms(Duration::from_secs(7200), 5), 7_200_000);
         f.done(12);
