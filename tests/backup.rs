@@ -16,6 +16,9 @@ use ursula_runtime::ReadStreamRequest;
 use ursula_runtime::{AppendRequest, ColdWriteAdmission, CreateStreamRequest, GroupEngine};
 use ursula_shard::{BucketStreamId, CoreId, RaftGroupId, ShardId, ShardPlacement};
 
+#[path = "common/group_state.rs"]
+mod group_state;
+
 const CT: &str = "application/octet-stream";
 const PARTITIONS: u32 = 3;
 
@@ -217,6 +220,63 @@ async fn backup_of_a_serving_store_restores_every_acknowledged_record_and_group_
     assert!(engine.verify().await.findings.is_empty());
 }
 
+/// Backs `store` up into `scratch/name`, restores it to `scratch/name-restored`, and returns
+/// what group `orders` reads there.
+async fn backed_up_orders(store: &Store, scratch: &Path, name: &str) -> Vec<u8> {
+    let (dest, target) = (scratch.join(name), scratch.join(format!("{name}-restored")));
+    let report = store.backup(&dest).expect("backup");
+    assert_eq!(report.groups, 1, "{report:?}");
+    restore(&dest, &target).expect("restore");
+    let restored = Store::open(&target).expect("restored store");
+    let mut engine = open_group(&restored, &target);
+    let id = BucketStreamId::new("tenant", "orders");
+    let bytes = read_all(&mut engine, &id).await;
+    assert!(engine.verify().await.findings.is_empty());
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_needs_no_group_open_and_carries_groups_of_the_per_group_layout() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let dir = scratch.path().join("store");
+    let mut model = Vec::new();
+    {
+        let store = Store::open(&dir).expect("store");
+        let mut engine = open_group(&store, &dir);
+        let id = create_orders(&mut engine).await;
+        append(&mut engine, &id, &mut model, 30).await;
+        // The group closes without a shutdown (its last batches unflushed); the state
+        // database stays open with the store, and the backup checkpoints it.
+        drop(engine);
+        let copy = backed_up_orders(&store, scratch.path(), "closed-group").await;
+        assert_eq!(copy, model);
+        store.close_blocking().expect("close");
+    }
+    // A store no group has opened since it opened: the state database is closed and copied as
+    // its files, with the payload log after it.
+    let store = Store::open(&dir).expect("store");
+    assert_eq!(
+        backed_up_orders(&store, scratch.path(), "cold-start").await,
+        model
+    );
+    drop(store);
+    // A group still kept the per-group way: copied as it is, moved at the restored group's
+    // first open.
+    group_state::to_per_group_layout(&dir, "orders");
+    let store = Store::open(&dir).expect("store");
+    assert_eq!(
+        backed_up_orders(&store, scratch.path(), "per-group").await,
+        model
+    );
+    assert!(
+        !scratch
+            .path()
+            .join("per-group-restored/groups/orders")
+            .exists(),
+        "the restored group moved into the state database"
+    );
+}
+
 #[tokio::test]
 async fn a_backup_holds_deletions_of_payload_segments_and_cold_objects() {
     let scratch = tempfile::tempdir().expect("scratch");
@@ -295,10 +355,6 @@ fn backup_and_restore_refuse_what_they_cannot_do_with_clear_errors() {
     std::fs::create_dir(partial_path(&dest)).expect("leftover");
     invalid(store.backup(&dest).map(|_| ()), "interrupted");
     std::fs::remove_dir(partial_path(&dest)).expect("cleanup");
-    // A group directory whose engine is not open cannot be checkpointed.
-    std::fs::create_dir_all(dir.join("groups").join("closed")).expect("group dir");
-    invalid(store.backup(&dest).map(|_| ()), "\"closed\" is not open");
-    std::fs::remove_dir(dir.join("groups").join("closed")).expect("cleanup");
     store.backup(&dest).expect("backup");
 
     invalid(

@@ -460,6 +460,18 @@ mod group_state {
         assert_eq!(b[9], 0, "no affinity");
         assert_eq!(&b[10..13], b"\x02s1");
         assert_eq!(u64::from_be_bytes(b[13..21].try_into().unwrap()), 4096);
+
+        // The same key in the store's state database, under group `group-7`'s prefix.
+        let mut prefixed = strata::group::state_db::group_prefix("group-7");
+        prefixed.extend_from_slice(&message_key(&plain, 4096));
+        let b = vector("group_state_message_key_v1.bin", &prefixed);
+        assert_eq!(&b[..8], b"\x07group-7");
+        assert_eq!(&b[8..], &message_key(&plain, 4096)[..]);
+        assert_eq!(
+            strata::group::state_db::STORE_FORMAT_KEY[0],
+            0,
+            "the store's keys start with a byte no group prefix starts with"
+        );
     }
 
     #[test]

@@ -4,6 +4,8 @@
 #![cfg(feature = "ursula")]
 
 mod common;
+#[path = "common/group_state.rs"]
+mod group_state;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -1218,11 +1220,11 @@ async fn each_group_command_costs_one_file_sync_and_no_rocksdb_sync() {
     assert_eq!(after.1, before.1, "RocksDB synced during commands");
 }
 
-/// Opens a closed group's RocksDB directly (every family).
-fn raw_db(dir: &Path) -> rocksdb::DB {
-    let path = dir.join("groups").join("durable");
-    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("families");
-    rocksdb::DB::open_cf(&rocksdb::Options::default(), &path, families).expect("raw db")
+/// Moves the closed group to the per-group layout of earlier versions and opens its RocksDB
+/// there directly (every family).
+fn raw_per_group_db(dir: &Path) -> rocksdb::DB {
+    group_state::to_per_group_layout(dir, "durable");
+    group_state::open_all(&group_state::per_group_dir(dir, "durable"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1245,9 +1247,9 @@ async fn a_format_3_database_with_json_stream_rows_opens_and_writes_binary_rows(
     drop(engine);
     store.close_blocking().unwrap();
     drop(store);
-    // Make it what format version 3 wrote: JSON stream rows.
+    // Make it what format version 3 wrote: JSON stream rows, in a database of the group's own.
     {
-        let db = raw_db(dir.path());
+        let db = raw_per_group_db(dir.path());
         let streams = db.cf_handle("streams").unwrap();
         let rows: Vec<_> = db
             .iterator_cf(streams, rocksdb::IteratorMode::Start)
@@ -1276,14 +1278,25 @@ async fn a_format_3_database_with_json_stream_rows_opens_and_writes_binary_rows(
     engine.shutdown().await.unwrap();
     drop(engine);
     drop(_store);
-    let db = raw_db(dir.path());
+    assert!(
+        !group_state::per_group_dir(dir.path(), "durable").exists(),
+        "the group moved into the store's state database"
+    );
+    let db = group_state::shared_db(dir.path());
     let meta = db.cf_handle("meta").unwrap();
-    let version = db.get_cf(meta, "format_version").unwrap().unwrap();
+    let version = db
+        .get_cf(meta, group_state::key("durable", "format_version"))
+        .unwrap()
+        .unwrap();
     assert_eq!(version, strata::group::GROUP_STATE_VERSION.to_be_bytes());
     assert_eq!(strata::group::GROUP_STATE_VERSION, 4);
     let streams = db.cf_handle("streams").unwrap();
+    let from = group_state::prefix("durable");
     let (_, row) = db
-        .iterator_cf(streams, rocksdb::IteratorMode::Start)
+        .iterator_cf(
+            streams,
+            rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward),
+        )
         .next()
         .unwrap()
         .unwrap();

@@ -77,14 +77,17 @@ async fn the_shard_runtime_drives_durable_groups() {
         metrics.wal_batches,
         metrics.wal_sync_ns
     );
-    // One RocksDB group directory per touched raft group.
-    let on_disk: HashSet<u32> = std::fs::read_dir(dir.path().join("groups"))
-        .expect("groups dir")
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
+    // One group engine per touched raft group, all of them in the store's one state database.
+    let on_disk: HashSet<u32> = store
+        .group_names()
+        .iter()
         .filter_map(|name| name.strip_prefix("group-").and_then(|n| n.parse().ok()))
         .collect();
     assert_eq!(on_disk, groups);
+    assert!(
+        !dir.path().join("groups").exists(),
+        "no database of a group's own"
+    );
 }
 
 async fn read_all(runtime: &ShardRuntime, id: &BucketStreamId) -> Vec<u8> {

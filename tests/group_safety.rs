@@ -5,6 +5,8 @@
 #![cfg(feature = "ursula")]
 
 mod common;
+#[path = "common/group_state.rs"]
+mod group_state;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -56,11 +58,11 @@ async fn append(engine: &mut DiskGroupEngine, id: &BucketStreamId, bytes: Vec<u8
     engine.append(r, p(), none()).await.expect("append");
 }
 
-/// Opens the group's RocksDB directly (the engine closed), as a tool would.
+/// Moves the closed group to the per-group layout of earlier versions (which the next open
+/// moves back) and opens its RocksDB there directly, as a tool would.
 fn raw_db(dir: &Path) -> rocksdb::DB {
-    let path = dir.join("groups/safe");
-    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("families");
-    rocksdb::DB::open_cf(&rocksdb::Options::default(), &path, families).expect("raw db")
+    group_state::to_per_group_layout(dir, "safe");
+    group_state::open_all(&group_state::per_group_dir(dir, "safe"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

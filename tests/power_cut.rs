@@ -14,6 +14,9 @@
 //! Built with the `ursula` feature (the group engine's and backup's workloads need it).
 #![cfg(feature = "ursula")]
 
+#[path = "common/group_state.rs"]
+mod group_state;
+
 mod power_cut {
     pub mod backup_paths;
     pub mod coordination_paths;
@@ -180,7 +183,7 @@ fn group_commands_and_the_cold_tier_survive_every_power_cut() {
 }
 
 #[test]
-fn the_group_state_format_upgrade_survives_every_power_cut() {
+fn the_group_state_upgrade_and_move_into_the_state_database_survive_every_power_cut() {
     explore(&Upgrade, OpKinds::SYNC_RENAME_UNLINK);
 }
 

@@ -158,10 +158,6 @@ enum Command {
         dir: PathBuf,
         /// Backup directory to create (must not exist).
         dest: PathBuf,
-        /// Cold store of the groups (`file:///dir` or `s3://bucket?endpoint=...`); default
-        /// `<dir>/cold`.
-        #[arg(long)]
-        cold: Option<String>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -203,12 +199,7 @@ fn main() -> ExitCode {
             .and_then(|()| tool_result(strata::tools::inspect_store(&dir, &mut std::io::stdout()))),
         Command::Inspect { dir, json: true } => inspect_json(&dir),
         Command::Verify { dir, cold, json } => verify(&dir, cold.as_deref(), json),
-        Command::Backup {
-            dir,
-            dest,
-            cold,
-            json,
-        } => backup(&dir, &dest, cold.as_deref(), json),
+        Command::Backup { dir, dest, json } => backup(&dir, &dest, json),
         Command::Restore { backup, dir, json } => restore(&backup, &dir, json),
         Command::Dump { segment } => tool_result(strata::tools::dump_segment(
             &segment,
@@ -388,25 +379,18 @@ async fn verify_groups(
     Ok(reports)
 }
 
-/// Opens every group engine under `<store>/groups`, with the cold store `cold` (a URL) or
-/// `<store>/cold`.
+/// Opens every group engine of the store (each has a payload log in the MANIFEST), with the
+/// cold store `cold` (a URL) or `<store>/cold`.
 fn open_groups(
     store: &Store,
     cold: Option<&str>,
 ) -> Result<Vec<(String, strata::group::DiskGroupEngine)>, String> {
     use strata::cold::ColdStore;
     use strata::group::{DiskGroupEngine, GroupOptions};
-    let groups_dir = store.root().join("groups");
-    if !groups_dir.is_dir() {
+    let names = store.group_names();
+    if names.is_empty() {
         return Ok(Vec::new());
     }
-    let mut names: Vec<String> = std::fs::read_dir(&groups_dir)
-        .map_err(|e| format!("{}: {e}", groups_dir.display()))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
-    names.sort();
     let cold_store = match cold {
         Some(url) => ColdStore::from_url(url),
         None => ColdStore::local(&store.root().join("cold")),
@@ -422,11 +406,10 @@ fn open_groups(
         .collect()
 }
 
-/// `strata backup`: opens the store and its groups, and writes the backup.
-fn backup(dir: &Path, dest: &Path, cold: Option<&str>, json: bool) -> Result<(), String> {
+/// `strata backup`: opens the store and writes the backup.
+fn backup(dir: &Path, dest: &Path, json: bool) -> Result<(), String> {
     require_store(dir)?;
     let store = Store::open(dir).map_err(|e| e.to_string())?;
-    let _groups = open_groups(&store, cold)?;
     let report = store.backup(dest).map_err(|e| e.to_string())?;
     print_copy("backed up", dir, dest, &report, json);
     Ok(())
@@ -716,7 +699,7 @@ async fn demo_group(store: &Store, appends: usize) -> Result<(), String> {
             "created"
         },
         created.next_offset,
-        DiskGroupEngine::state_dir(store, "demo").display(),
+        DiskGroupEngine::state_dir(store).display(),
         engine.cold_store().description()
     );
 

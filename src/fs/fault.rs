@@ -484,10 +484,20 @@ impl FileSystem for FaultFs {
     fn native_dir(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
         state.check_alive()?;
-        let ino = state
-            .tree
-            .lookup(path)?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path.display().to_string()))?;
+        let Some(ino) = state.tree.lookup(path)? else {
+            // A directory the engine made itself (a checkpoint): its entry in the parent is
+            // the layer's from now on, unsynced until the parent is synced.
+            if !std::fs::metadata(path)?.is_dir() {
+                return Err(io::Error::other(format!(
+                    "{} is not a directory",
+                    path.display()
+                )));
+            }
+            state
+                .tree
+                .link_new(path, Node::Native(path.to_path_buf()))?;
+            return Ok(());
+        };
         match state.tree.nodes.get(&ino) {
             Some(Node::Dir(DirNode { current, .. })) if !current.is_empty() => {
                 // Whatever the layer tracked inside is the engine's now.
@@ -509,6 +519,14 @@ impl FileSystem for FaultFs {
                 path.display()
             ))),
         }
+    }
+
+    fn remove_native_dir(&self, path: &Path) -> io::Result<()> {
+        self.pass(OpKind::Unlink);
+        let mut state = self.lock();
+        state.admit(OpKind::Unlink, path)?;
+        let ino = state.tree.unlink(path)?;
+        state.tree.bury(ino)
     }
 
     fn external_sync(&self, path: &Path) -> io::Result<()> {

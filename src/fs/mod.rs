@@ -164,8 +164,12 @@ pub trait FileSystem: Send + Sync + std::fmt::Debug {
     /// What `path` names, or `None` when it does not exist.
     fn kind(&self, path: &Path) -> io::Result<Option<EntryKind>>;
     /// Hands the existing directory `path` to an engine that does its own I/O (RocksDB); the
-    /// layer no longer tracks what is inside it.
+    /// layer no longer tracks what is inside it. A directory the engine created itself (a
+    /// checkpoint) is adopted: its entry in the parent is durable once the parent is synced.
     fn native_dir(&self, path: &Path) -> io::Result<()>;
+    /// Removes an engine's directory `path` (handed over by [`Self::native_dir`]) and
+    /// everything in it (durable once its parent is synced).
+    fn remove_native_dir(&self, path: &Path) -> io::Result<()>;
     /// Announces a durability point of the engine owning native directory `path`, just before
     /// the engine makes a write durable (a synced RocksDB write). An error means the write
     /// must not be made.

@@ -58,6 +58,10 @@ impl FileSystem for NoSyncFs {
         self.inner.native_dir(path)
     }
 
+    fn remove_native_dir(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_native_dir(path)
+    }
+
     fn external_sync(&self, _path: &Path) -> io::Result<()> {
         Ok(())
     }

@@ -388,6 +388,10 @@ impl FileSystem for RealFs {
         Ok(())
     }
 
+    fn remove_native_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(path)
+    }
+
     fn external_sync(&self, _path: &Path) -> io::Result<()> {
         Ok(())
     }

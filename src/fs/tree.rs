@@ -397,19 +397,21 @@ impl Tree {
         })
     }
 
-    /// Moves the bytes of `ino` (whose name is gone) into the graveyard, or deletes them when no
-    /// power cut could bring the file back.
+    /// Moves the bytes of `ino` (whose name is gone: a file, or an engine's directory) into
+    /// the graveyard, or deletes them when no power cut could bring them back.
     pub fn bury(&mut self, ino: Ino) -> io::Result<()> {
         let keep = self.may_come_back(ino);
         let graveyard = self.graveyard.join(ino.to_string());
-        let Some(Node::File(file)) = self.nodes.get_mut(&ino) else {
-            return Ok(());
+        let real = match self.nodes.get_mut(&ino) {
+            Some(Node::File(file)) => &mut file.real,
+            Some(Node::Native(real)) => real,
+            _ => return Ok(()),
         };
         if keep {
-            std::fs::rename(&file.real, &graveyard)?;
-            file.real = graveyard;
+            std::fs::rename(&*real, &graveyard)?;
+            *real = graveyard;
         } else {
-            std::fs::remove_file(&file.real)?;
+            remove_real(real)?;
             self.nodes.remove(&ino);
         }
         Ok(())
@@ -426,12 +428,23 @@ impl Tree {
             .filter(|ino| !referenced.contains(ino))
             .collect();
         for ino in dead {
-            if let Some(Node::File(file)) = self.nodes.remove(&ino) {
-                if file.real.starts_with(&self.graveyard) {
-                    std::fs::remove_file(&file.real)?;
-                }
+            let real = match self.nodes.remove(&ino) {
+                Some(Node::File(file)) => file.real,
+                Some(Node::Native(real)) => real,
+                _ => continue,
+            };
+            if real.starts_with(&self.graveyard) {
+                remove_real(&real)?;
             }
         }
         Ok(())
+    }
+}
+
+/// Deletes a real file, or a real directory with everything in it.
+fn remove_real(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path)?.is_dir() {
+        true => std::fs::remove_dir_all(path),
+        false => std::fs::remove_file(path),
     }
 }

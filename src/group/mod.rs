@@ -67,7 +67,7 @@ mod worker;
 pub use cold_tier::cold_paths;
 use cold_tier::{cold_worker, gc_failures};
 use persist::replay::replay;
-pub use persist::{commit_record, keys, rows, stream_row};
+pub use persist::{commit_record, keys, rows, state_db, stream_row};
 use persist::{db, payload};
 use state::{integrity, streams};
 
@@ -97,7 +97,9 @@ pub use verify::{GroupFinding, GroupVerifyReport};
 
 use db::GroupDb;
 use payload::PayloadLog;
+use persist::legacy_layout;
 use state::GroupState;
+use state_db::StateDb;
 use tx::Tx;
 
 /// How a group engine is opened. Refused at open (`GroupError::Invalid` naming the option)
@@ -235,26 +237,27 @@ impl DiskGroupEngine {
                 "group name {name:?} must be non-empty [A-Za-z0-9_-]"
             )));
         }
+        if name.len() > state_db::MAX_GROUP_NAME {
+            return Err(GroupError::Invalid(format!(
+                "group name {name:?} is longer than {} bytes",
+                state_db::MAX_GROUP_NAME
+            )));
+        }
         options.validate().map_err(GroupError::Invalid)?;
-        let dir = Self::state_dir(store, name);
         let payloads = PayloadLog::open(
             store,
             &format!("__group_{name}"),
             options.payload_log.clone(),
         )?;
-        let db = GroupDb::open(store.fs(), &dir, payloads.commit_end()?)?;
+        let db = Self::open_state(store, name, &payloads)?;
         replay(&db, &payloads)?;
         let state = db.load()?;
-        let (rocks, fs, rocks_dir) = db.shared();
         let backup = Arc::new(persist::backup::GroupBackup {
-            db: rocks,
-            fs,
-            dir: rocks_dir,
             payloads: payloads.log().clone(),
             cold: cold.clone(),
         });
-        let source: Arc<dyn crate::store::backup::BackupSource> = backup.clone();
-        store.register_backup_source(name, Arc::downgrade(&source));
+        let hold: Arc<dyn crate::store::backup::BackupHold> = backup.clone();
+        store.register_backup_hold(name, Arc::downgrade(&hold));
         Ok(Self {
             name: name.to_string(),
             db: persist::applier::Applier::new(db),
@@ -299,9 +302,28 @@ impl DiskGroupEngine {
         Self::open(store, name, cold, GroupOptions::default())
     }
 
-    /// Directory of a group's RocksDB state.
-    pub fn state_dir(store: &Store, name: &str) -> PathBuf {
-        store.root().join("groups").join(name)
+    /// Group `name`'s rows in the store's state database (moved there first from the
+    /// per-group layout of earlier versions). A group new to the database replays its payload
+    /// log from the start, which must then still hold its first commit record.
+    fn open_state(store: &Store, name: &str, payloads: &PayloadLog) -> Result<GroupDb, GroupError> {
+        let state = StateDb::of_store(store)?;
+        let prefix = state_db::group_prefix(name);
+        let log_end = payloads.commit_end()?;
+        legacy_layout::adopt_legacy_state(store, &state, (name, &prefix), log_end)?;
+        let db = GroupDb::open(state, prefix, log_end)?;
+        let low = payloads.commit_low_water_mark()?;
+        if db.is_fresh() && low > 0 {
+            return Err(GroupError::Corrupt(format!(
+                "group {name:?} has no rows in the state database, but its payload log no \
+                 longer holds commit records below offset {low}"
+            )));
+        }
+        Ok(db)
+    }
+
+    /// Directory of the store's RocksDB, which holds the state of every group.
+    pub fn state_dir(store: &Store) -> PathBuf {
+        store.root().join(state_db::STATE_DIR)
     }
 
     /// The group's name.

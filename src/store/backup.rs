@@ -4,16 +4,19 @@
 //! serving writes. The copy is itself a store directory (format/BACKUP.md): `strata verify`
 //! checks it and [`restore`] copies it into place. What it holds:
 //!
-//! - every open group engine's state as a RocksDB checkpoint, taken first, while the group's
-//!   payload segments and cold objects are held from deletion ([`BackupSource`]);
+//! - the state every open part writes by its own means (the RocksDB of group state) as a
+//!   checkpoint ([`BackupSource`]), taken first, while every open group's payload segments and
+//!   cold objects are held from deletion ([`BackupHold`]);
 //! - every log, open ones as one snapshot per partition (`Log::copy_segments`: appends
 //!   acknowledged before the backup began are in it), logs not open file by file;
-//! - every other entry under the root (a local cold store in `cold/`) file by file;
+//! - every other entry under the root (a local cold store in `cold/`, a state database no
+//!   part has open) file by file;
 //! - the MANIFEST, last.
 //!
-//! A group's payload log is copied after its checkpoint, with deletions held from before the
-//! checkpoint, so the copy holds every payload and commit record the checkpoint needs, and the
-//! restored group replays the commit records after it (format/GROUP_STATE.md).
+//! A group's payload log is copied after the state checkpoint, with deletions held from before
+//! it, so the copy holds every payload and commit record the checkpoint needs, and the restored
+//! group replays the commit records after it (format/GROUP_STATE.md). A group that is not open
+//! trims nothing, so its log holds them too.
 //!
 //! The copy is written into `DEST.partial`, every file and directory synced, and renamed to
 //! `DEST` only when complete: after a power cut `DEST` either does not exist or is a whole
@@ -35,7 +38,7 @@ use crate::log::Log;
 pub struct BackupReport {
     /// Logs copied.
     pub logs: usize,
-    /// Group engines checkpointed.
+    /// Group engines in the store (their payload logs among the logs).
     pub groups: usize,
     /// Files written outside the groups' checkpoints.
     pub files: u64,
@@ -50,18 +53,39 @@ impl BackupReport {
     }
 }
 
-/// A part of the store that writes its own state (a group engine's RocksDB): registered with
-/// [`Store::register_backup_source`] while open.
+/// A part of the store that writes its own state under a directory of the root (the RocksDB
+/// of group state): registered with [`Store::register_backup_source`] while open.
 pub trait BackupSource: Send + Sync {
-    /// Holds what a copy of this state needs from deletion (payload segments, cold objects),
-    /// then writes a consistent checkpoint of the state into `dir` (which does not exist yet).
-    /// The returned guard keeps the hold until the backup has copied the logs and the rest of
-    /// the root, then is dropped.
-    fn checkpoint(&self, dir: &Path) -> StoreResult<Box<dyn Send>>;
+    /// Writes a consistent checkpoint of the state into `dir` (which does not exist yet).
+    fn checkpoint(&self, dir: &Path) -> StoreResult<()>;
 }
 
-/// The directory of a store holding group engines' state.
-const GROUPS: &str = "groups";
+/// A part whose state needs files that it may delete (a group engine: payload segments and
+/// cold objects): registered with [`Store::register_backup_hold`] while open.
+pub trait BackupHold: Send + Sync {
+    /// Holds those files from deletion until the returned guard is dropped (after the backup
+    /// has copied the logs and the rest of the root).
+    fn hold(&self) -> Box<dyn Send>;
+}
+
+/// A registry of parts by name, held weakly (a part registers itself while it lives).
+pub(crate) type Registry<T> = std::sync::Mutex<Vec<(String, Weak<T>)>>;
+
+fn register<T: ?Sized>(registry: &Registry<T>, name: &str, part: Weak<T>) {
+    let mut parts = registry.lock().unwrap_or_else(|p| p.into_inner());
+    parts.retain(|(n, s)| s.strong_count() > 0 && n != name);
+    parts.push((name.to_string(), part));
+}
+
+fn live<T: ?Sized>(registry: &Registry<T>) -> Vec<(String, Arc<T>)> {
+    let parts = registry.lock().unwrap_or_else(|p| p.into_inner());
+    let mut live: Vec<_> = parts
+        .iter()
+        .filter_map(|(n, s)| s.upgrade().map(|s| (n.clone(), s)))
+        .collect();
+    live.sort_by(|a, b| a.0.cmp(&b.0));
+    live
+}
 
 /// `path` with `.partial` appended: where a backup or restore writes before it is complete.
 pub fn partial_path(path: &Path) -> PathBuf {
@@ -134,47 +158,45 @@ fn publish(fs: &dyn FileSystem, partial: &Path, dest: &Path) -> StoreResult<()> 
 }
 
 impl Store {
-    /// Registers `source` (a group engine's state, kept in `groups/<name>`) for backups while
-    /// it lives.
-    pub fn register_backup_source(&self, name: &str, source: Weak<dyn BackupSource>) {
-        let mut sources = self.lock_sources();
-        sources.retain(|(_, s)| s.strong_count() > 0);
-        sources.retain(|(n, _)| n != name);
-        sources.push((name.to_string(), source));
+    /// Registers `source`, which writes its own state in the root's directory `dir`, for
+    /// backups while it lives.
+    pub fn register_backup_source(&self, dir: &str, source: Weak<dyn BackupSource>) {
+        register(&self.inner.backup_sources, dir, source);
     }
 
-    fn lock_sources(&self) -> std::sync::MutexGuard<'_, Vec<(String, Weak<dyn BackupSource>)>> {
-        self.inner
-            .backup_sources
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// Registers `hold` (the part named `name`) for backups while it lives.
+    pub fn register_backup_hold(&self, name: &str, hold: Weak<dyn BackupHold>) {
+        register(&self.inner.backup_holds, name, hold);
     }
 
     /// Writes a consistent copy of the whole store into the new directory `dest` while the
-    /// store keeps serving (see the module docs for what "consistent" covers). Every group in
-    /// `groups/` must be open in this process (its RocksDB cannot be copied otherwise).
+    /// store keeps serving (see the module docs for what "consistent" covers).
     ///
     /// Refused before anything is written: a `dest` that exists or lies inside the store
-    /// (however it is spelled: `..` and symbolic links are resolved), a
-    /// leftover `dest.partial`, a group that is not open. A failure while copying leaves
-    /// `dest.partial` for the caller to remove (the error says what failed); `dest` itself
-    /// appears only complete.
+    /// (however it is spelled: `..` and symbolic links are resolved), a leftover
+    /// `dest.partial`. A failure while copying leaves `dest.partial` for the caller to remove
+    /// (the error says what failed); `dest` itself appears only complete.
     pub fn backup(&self, dest: impl AsRef<Path>) -> StoreResult<BackupReport> {
         let (fs, root, dest) = (&**self.fs(), self.root(), dest.as_ref());
         let _span = tracing::info_span!("strata.backup", dest = %dest.display()).entered();
         refuse_inside(root, dest, "backup (of the store)")?;
         let partial = check_destination(fs, dest)?;
-        let sources = self.group_sources()?;
         create_dir_durable(fs, &partial)?;
+        let holds: Vec<Box<dyn Send>> = live(&self.inner.backup_holds)
+            .iter()
+            .map(|(_, h)| h.hold())
+            .collect();
+        let checkpointed = self.checkpoint_sources(&partial)?;
+        let manifest = self.lock_manifest().clone();
         let mut report = BackupReport {
-            groups: sources.len(),
+            groups: manifest.group_names().len(),
             ..BackupReport::default()
         };
-        let holds = self.checkpoint_groups(sources, &partial)?;
-        let manifest = self.lock_manifest().clone();
         self.copy_logs(&manifest, &partial, &mut report)?;
-        let skip =
-            |name: &str| matches!(name, "LOCK" | "MANIFEST" | "MANIFEST.tmp" | "logs" | GROUPS);
+        let skip = |name: &str| {
+            matches!(name, "LOCK" | "MANIFEST" | "MANIFEST.tmp" | "logs")
+                || checkpointed.iter().any(|c| c == name)
+        };
         report.add(copy_tree(fs, root, &partial, &skip)?);
         drop(holds);
         manifest.store(fs, &partial)?;
@@ -183,58 +205,20 @@ impl Store {
         Ok(report)
     }
 
-    /// The open group engines, one per directory under `groups/` (an error names one that
-    /// is not open).
-    fn group_sources(&self) -> StoreResult<Vec<(String, Arc<dyn BackupSource>)>> {
-        let (fs, groups) = (&**self.fs(), self.root().join(GROUPS));
-        if fs.kind(&groups).at(&groups)? != Some(EntryKind::Dir) {
-            return Ok(Vec::new());
-        }
-        let mut names: Vec<String> = fs
-            .read_dir(&groups)
-            .at(&groups)?
-            .into_iter()
-            .filter(|e| e.kind == EntryKind::Dir)
-            .map(|e| e.name)
-            .collect();
-        names.sort();
-        names
-            .into_iter()
-            .map(|name| self.open_source(&name).map(|source| (name, source)))
-            .collect()
-    }
-
-    /// Checkpoints `sources` into `partial/groups/`; returns their holds.
-    fn checkpoint_groups(
-        &self,
-        sources: Vec<(String, Arc<dyn BackupSource>)>,
-        partial: &Path,
-    ) -> StoreResult<Vec<Box<dyn Send>>> {
+    /// Checkpoints every open [`BackupSource`] into its directory under `partial`; returns
+    /// the directories written.
+    fn checkpoint_sources(&self, partial: &Path) -> StoreResult<Vec<String>> {
         let fs = &**self.fs();
-        if sources.is_empty() {
-            return Ok(Vec::new());
+        let mut written = Vec::new();
+        for (dir, source) in live(&self.inner.backup_sources) {
+            let target = partial.join(&dir);
+            // The source writes and syncs its checkpoint itself, into a directory it creates;
+            // the directory is then the engine's, its entry made durable with `partial`'s.
+            source.checkpoint(&target)?;
+            fs.native_dir(&target).at(&target)?;
+            written.push(dir);
         }
-        let target = partial.join(GROUPS);
-        create_dir_durable(fs, &target)?;
-        // RocksDB writes and syncs its checkpoints itself.
-        fs.native_dir(&target).at(&target)?;
-        sources
-            .iter()
-            .map(|(name, source)| source.checkpoint(&target.join(name)))
-            .collect()
-    }
-
-    fn open_source(&self, name: &str) -> StoreResult<Arc<dyn BackupSource>> {
-        self.lock_sources()
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, s)| s.upgrade())
-            .ok_or_else(|| {
-                StoreError::Invalid(format!(
-                    "group {name:?} is not open: open every group engine of the store before \
-                     backing it up (`strata backup` does)"
-                ))
-            })
+        Ok(written)
     }
 
     /// Copies the logs `manifest` lists: open ones from their snapshots, others file by file.
@@ -324,7 +308,7 @@ pub fn restore_with(
     manifest.store_id = new_store_id();
     manifest.store(fs, &partial)?;
     report.logs = count_dirs(fs, &backup.join("logs"))?;
-    report.groups = count_dirs(fs, &backup.join(GROUPS))?;
+    report.groups = manifest.group_names().len();
     publish(fs, &partial, target)?;
     tracing::info!(backup = %backup.display(), target = %target.display(), ?report, "backup restored");
     Ok(report)

@@ -83,6 +83,19 @@ impl Manifest {
         self.logs.iter().find(|l| l.name == name)
     }
 
+    /// The names of the group engines whose payload logs the store holds (`__group_<name>`),
+    /// in order.
+    pub fn group_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .logs
+            .iter()
+            .filter_map(|l| l.name.strip_prefix(GROUP_LOG_PREFIX))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    }
+
     /// The store id as 32 lowercase hex digits.
     pub fn store_id_hex(&self) -> String {
         self.store_id.iter().map(|b| format!("{b:02x}")).collect()

@@ -63,7 +63,9 @@ struct StoreInner {
     logs: Mutex<HashMap<String, Log>>,
     shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// Parts that write their own state, for [`Store::backup`].
-    backup_sources: Mutex<Vec<(String, std::sync::Weak<dyn backup::BackupSource>)>>,
+    backup_sources: backup::Registry<dyn backup::BackupSource>,
+    /// Parts whose state needs files they may delete, for [`Store::backup`].
+    backup_holds: backup::Registry<dyn backup::BackupHold>,
 }
 
 /// An open store directory. Cheap to clone.
@@ -80,10 +82,10 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// True when `logs/` or `groups/` under `root` hold any entry (a store's data, not a new
+/// True when `logs/`, `groups/` or `group_state/` under `root` hold any entry (a store's data, not a new
 /// directory): the MANIFEST is written before any of it, so its absence there is damage.
 fn holds_data(fs: &dyn FileSystem, root: &Path) -> StoreResult<bool> {
-    for dir in ["logs", "groups"].map(|d| root.join(d)) {
+    for dir in ["logs", "groups", "group_state"].map(|d| root.join(d)) {
         if fs.kind(&dir).at(&dir)? == Some(EntryKind::Dir)
             && !fs.read_dir(&dir).at(&dir)?.is_empty()
         {
@@ -134,6 +136,7 @@ impl Store {
                 logs: Mutex::new(HashMap::new()),
                 shared: Mutex::new(HashMap::new()),
                 backup_sources: Mutex::new(Vec::new()),
+                backup_holds: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -158,6 +161,12 @@ impl Store {
             .manifest
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The names of the store's group engines (each has a payload log in the MANIFEST), in
+    /// order.
+    pub fn group_names(&self) -> Vec<String> {
+        self.lock_manifest().group_names()
     }
 
     /// The logs recorded in the MANIFEST.

@@ -442,19 +442,32 @@ fn expected_integrity(s: usize, acks: &GroupAcks) -> (setsum::Setsum, u64) {
     (sum, records)
 }
 
-/// A group as format version 3 left it (JSON stream rows), opened by this build (the upgrade to
+/// A group as a format-3 build left it (a RocksDB of its own under `groups/g`, JSON stream
+/// rows), opened by this build (the move into the store's state database and the upgrade to
 /// format 4 at open), then appended to.
 pub struct Upgrade;
 
-/// Puts the stream rows of group `g` under `root` back as JSON and its format version to 3,
-/// directly in RocksDB (which syncs its own files), as a format-3 build left them.
+/// True when the commit partition of group `g`'s payload log (the store closed) starts past
+/// offset 0.
+fn commit_records_trimmed(root: &Path) -> bool {
+    let store = Store::open(root).expect("the store");
+    let log = store
+        .open_log("__group_g", 8, group_options().payload_log)
+        .expect("the payload log");
+    let low = log
+        .low_water_mark(strata::group::commit_record::COMMIT_PARTITION)
+        .expect("low-water mark");
+    low > 0
+}
+
+/// Moves group `g` under `root` to the per-group layout, then puts its stream rows back as
+/// JSON and its format version to 3, directly in RocksDB (which syncs its own files), as a
+/// format-3 build left them.
 fn downgrade_to_format_3(root: &Path) {
     use strata::group::rows::encode_row;
     use strata::group::stream_row::decode_stream_row;
-    let path = root.join("groups").join("g");
-    let options = rocksdb::Options::default();
-    let families = rocksdb::DB::list_cf(&options, &path).expect("families");
-    let db = rocksdb::DB::open_cf(&options, &path, families).expect("the group's RocksDB");
+    crate::group_state::to_per_group_layout(root, "g");
+    let db = crate::group_state::open_all(&crate::group_state::per_group_dir(root, "g"));
     let streams = db.cf_handle("streams").expect("streams");
     let rows: Vec<_> = db
         .iterator_cf(streams, rocksdb::IteratorMode::Start)
@@ -475,7 +488,7 @@ impl Workload for Upgrade {
     type Acks = GroupAcks;
 
     fn name(&self) -> &'static str {
-        "group state format 3 upgrade"
+        "group state upgrade: format 3, per-group layout"
     }
 
     fn run(&self, disk: &Disk, acks: &mut GroupAcks, between: &dyn Fn()) {
@@ -489,13 +502,23 @@ impl Workload for Upgrade {
                 now: 1_000,
             };
             rt.block_on(runner.run(0, Step::Create(0))).ok()?;
-            rt.block_on(runner.run(1, Step::Append(0, 300))).ok()?;
+            // Enough commits to roll the commit partition's segments, then a cold flush,
+            // which reclaims them: the log no longer holds the group's first commit record,
+            // so only the state moved from the old database has what they did.
+            for (i, len) in [300, 900, 1500, 700].into_iter().enumerate() {
+                rt.block_on(runner.run(1 + i, Step::Append(0, len))).ok()?;
+            }
+            rt.block_on(runner.run(5, Step::Flush(0))).ok()?;
             drop(engine);
             store.close_blocking().ok()
         })();
         if setup.is_none() || disk.dead() {
             return;
         }
+        assert!(
+            commit_records_trimmed(&disk.root),
+            "the setup trims commit records"
+        );
         downgrade_to_format_3(&disk.root);
         let Some((store, mut engine)) = open_store_and_engine(disk, acks, between) else {
             return;
@@ -506,7 +529,7 @@ impl Workload for Upgrade {
                 acks,
                 now: 2_000,
             };
-            if let Err(e) = runner.run(2, Step::Append(0, 500)).await {
+            if let Err(e) = runner.run(6, Step::Append(0, 500)).await {
                 runner.acks.tally.failed(e);
             }
             between();

@@ -1,20 +1,16 @@
-//! The RocksDB database that holds group state: column families, one atomic `WriteBatch` per
-//! command built from its commit record and written without RocksDB's WAL, atomic flushes, and
-//! the full load at open (format/GROUP_STATE.md).
+//! One group's view of the state database: its rows under its key prefix in the store's
+//! RocksDB ([`super::state_db`]), one atomic `WriteBatch` per command built from its commit
+//! record and written without RocksDB's WAL, and the full load at open (format/GROUP_STATE.md).
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
-use rocksdb::{
-    ColumnFamilyDescriptor, Direction, FlushOptions, IteratorMode, Options, WriteBatch,
-    WriteOptions, DB,
-};
+use rocksdb::{Direction, IteratorMode, WriteBatch};
 use ursula_shard::BucketStreamId;
 
 use super::mirror::{FamilyMirror, Mirrors};
-use crate::fs::{create_dir_durable, Fs};
+use super::state_db::StateDb;
 use crate::group::commit_record::{self, CommitRecord, Op};
 use crate::group::keys::{decode_producer_suffix, decode_stream_key, prefix_end, stream_key};
 use crate::group::persist::stream_row::{decode_stream_row, encode_stream_row};
@@ -25,7 +21,6 @@ use crate::group::rows::{
 use crate::group::state::{ByStream, GroupState};
 use crate::group::streams::Streams;
 use crate::group::GroupError;
-use crate::StoreError;
 
 /// Version of the group-state layout; stored under `meta/format_version`. Versions 1 (checkpoint
 /// payloads inside stream rows), 2 (every batch synced, no replay position) and 3 (JSON stream
@@ -106,15 +101,17 @@ const META_COMMIT_INDEX: &[u8] = b"commit_index";
 const META_NEXT_GC_SEQ: &[u8] = b"next_cold_gc_seq";
 const META_REPLAY_FROM: &[u8] = b"replay_from";
 
-/// The open database.
+/// One group's rows in a state database.
 pub(crate) struct GroupDb {
-    /// Shared with the group's backup source (`super::backup`), which checkpoints it.
-    db: Arc<DB>,
+    /// The database (the store's, shared with every group and the backup).
+    state: Arc<StateDb>,
+    /// The group's key prefix ([`super::state_db::group_prefix`]; empty in a database of the
+    /// earlier per-group layout, which holds one group).
+    prefix: Vec<u8>,
     /// The `messages` and `external` families in memory (see [`Mirrors`]).
     mirrors: RwLock<Mirrors>,
-    /// The file layer, told of every durability point of RocksDB (see [`crate::fs`]).
-    fs: Fs,
-    dir: PathBuf,
+    /// True when the shared database held no rows of the group at open.
+    fresh: bool,
 }
 
 /// The rows one command writes (the persisting half of a [`crate::group::tx::Tx`]): a
@@ -130,31 +127,17 @@ pub(crate) struct Writes {
 }
 
 impl GroupDb {
-    /// Opens (creating when absent) the database in `dir`, checking its format version. `dir`
-    /// is created through `fs` and handed to RocksDB as a native directory.
-    /// `log_end` is the payload log's next commit-record offset: where replay starts for a
-    /// database that records none (a new one, or version 2, whose every batch was synced).
-    pub fn open(fs: &Fs, dir: &Path, log_end: u64) -> Result<Self, GroupError> {
-        create_dir_durable(&**fs, dir)?;
-        fs.native_dir(dir).map_err(|e| StoreError::io(dir, e))?;
-        // What a batch applied since the last flush() relies on is its commit record: closing
-        // flushes nothing more, so a drop behaves as a power cut does (the fault layer copies
-        // this directory as the engine left it) and replay is what restores those batches.
-        let mut options =
-            Options::default().get_options_from_string("avoid_flush_during_shutdown=true")?;
-        options.create_if_missing(true);
-        options.create_missing_column_families(true);
-        // Batches are applied without the WAL; a flush must cut every family at one point.
-        options.set_atomic_flush(true);
-        let families = COLUMN_FAMILIES
-            .iter()
-            .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
-        let db = DB::open_cf_descriptors(&options, dir, families)?;
-        let this = Self {
-            db: Arc::new(db),
+    /// The rows under `prefix` of `state`, checking their format version. `log_end` is the
+    /// payload log's next commit-record offset: where replay starts for a group that records
+    /// none (version 2, whose every batch was synced). A group the shared database has no rows
+    /// of is new: it replays its payload log from the start.
+    pub fn open(state: Arc<StateDb>, prefix: Vec<u8>, log_end: u64) -> Result<Self, GroupError> {
+        let shared = !prefix.is_empty();
+        let mut this = Self {
+            state,
+            prefix,
             mirrors: RwLock::default(),
-            fs: fs.clone(),
-            dir: dir.to_path_buf(),
+            fresh: false,
         };
         this.load_mirrors()?;
         let version = this.get(CF_META, META_FORMAT_VERSION)?;
@@ -164,6 +147,10 @@ impl GroupDb {
             .transpose()?;
         match version {
             Some(GROUP_STATE_VERSION) => {}
+            None if shared => {
+                this.mark_new()?;
+                this.fresh = true;
+            }
             None | Some(1) | Some(2) => this.upgrade(version, log_end)?,
             Some(3) => this.upgrade(version, this.replay_from()?)?,
             Some(v) => {
@@ -173,6 +160,31 @@ impl GroupDb {
             }
         }
         Ok(this)
+    }
+
+    /// Writes a new group's format version, replaying from the payload log's start. Not
+    /// flushed: a crash before the next flush leaves the group without rows, new again.
+    fn mark_new(&self) -> Result<(), GroupError> {
+        let mut tx = Writes::default();
+        tx.put_raw(
+            CF_META,
+            META_FORMAT_VERSION,
+            &GROUP_STATE_VERSION.to_be_bytes(),
+        );
+        self.apply(&[tx.take_record()?.as_ref()], 0)
+    }
+
+    /// True when the shared database held no rows of the group at open (a new group).
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// `key` under the group's prefix.
+    fn key(&self, key: &[u8]) -> Vec<u8> {
+        let mut full = Vec::with_capacity(self.prefix.len() + key.len());
+        full.extend_from_slice(&self.prefix);
+        full.extend_from_slice(key);
+        full
     }
 
     /// Brings a new or older database to the current version in one durable batch: version 1
@@ -205,14 +217,12 @@ impl GroupDb {
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, GroupError> {
-        self.db
-            .cf_handle(name)
-            .ok_or_else(|| GroupError::Corrupt(format!("missing column family {name}")))
+        self.state.cf(name)
     }
 
-    /// Reads one key.
+    /// Reads one key of the group.
     pub fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>, GroupError> {
-        Ok(self.db.get_cf(self.cf(cf)?, key)?)
+        Ok(self.state.db().get_cf(self.cf(cf)?, self.key(key))?)
     }
 
     /// Applies the changes of commit records (in order: a later put of a key wins), and `next`
@@ -234,23 +244,40 @@ impl GroupDb {
                 Ok::<_, GroupError>(found)
             }
         };
+        // Keys under the group's prefix, built in one buffer (the batch copies them).
+        let (mut key, mut end) = (self.prefix.clone(), self.prefix.clone());
+        let plen = self.prefix.len();
         for record in records {
             commit_record::decode(record, |op| {
                 match op {
-                    Op::Put { cf, key, value } => batch.put_cf(handle(cf)?, key, value),
-                    Op::Delete { cf, key } => batch.delete_cf(handle(cf)?, key),
+                    Op::Put { cf, key: k, value } => {
+                        key.truncate(plen);
+                        key.extend_from_slice(k);
+                        batch.put_cf(handle(cf)?, &key, value)
+                    }
+                    Op::Delete { cf, key: k } => {
+                        key.truncate(plen);
+                        key.extend_from_slice(k);
+                        batch.delete_cf(handle(cf)?, &key)
+                    }
                     Op::DeleteRange { cf, from, to } => {
-                        batch.delete_range_cf(handle(cf)?, from, to)
+                        key.truncate(plen);
+                        key.extend_from_slice(from);
+                        end.truncate(plen);
+                        end.extend_from_slice(to);
+                        batch.delete_range_cf(handle(cf)?, &key, &end)
                     }
                     Op::Requires { .. } | Op::Digest { .. } => {}
                 }
                 Ok(())
             })?;
         }
-        batch.put_cf(self.cf(CF_META)?, META_REPLAY_FROM, next.to_be_bytes());
-        let mut options = WriteOptions::default();
-        options.disable_wal(true);
-        self.db.write_opt(batch, &options)?;
+        batch.put_cf(
+            self.cf(CF_META)?,
+            self.key(META_REPLAY_FROM),
+            next.to_be_bytes(),
+        );
+        self.state.write(batch)?;
         // Persisted (as far as a commit record's changes ever are): now the memory mirrors,
         // from a second pass over the records (decoded once already, so it cannot fail):
         // collecting the ops in the first pass grew a vector by doubling, 14% of the apply
@@ -349,12 +376,14 @@ impl GroupDb {
         from: &[u8],
         mut f: impl FnMut(&[u8], &[u8]) -> Result<bool, GroupError>,
     ) -> Result<(), GroupError> {
+        let (start, prefix) = (self.key(from), self.key(prefix));
         let iter = self
-            .db
-            .iterator_cf(self.cf(cf)?, IteratorMode::From(from, Direction::Forward));
+            .state
+            .db()
+            .iterator_cf(self.cf(cf)?, IteratorMode::From(&start, Direction::Forward));
         for item in iter {
             let (key, value) = item?;
-            if !key.starts_with(prefix) || !f(&key, &value)? {
+            if !key.starts_with(&prefix) || !f(&key[self.prefix.len()..], &value)? {
                 break;
             }
         }
@@ -646,25 +675,11 @@ impl GroupDb {
         }
     }
 
-    /// The database, its file layer and its directory, for a backup source.
-    pub fn shared(&self) -> (Arc<DB>, Fs, PathBuf) {
-        (self.db.clone(), self.fs.clone(), self.dir.clone())
-    }
-
-    /// Makes every applied batch durable: one atomic flush of all column families (announced to
-    /// the file layer first, a crash point of the power-cut tests). Until it returns, the
-    /// commit records since the last flush are the only durable copy.
+    /// Makes every applied batch durable: one atomic flush of the state database (every
+    /// group's). Until it returns, the commit records since the last flush are the only
+    /// durable copy.
     pub fn flush(&self) -> Result<(), GroupError> {
-        self.fs
-            .external_sync(&self.dir)
-            .map_err(|e| StoreError::io(&self.dir, e))?;
-        let families = COLUMN_FAMILIES
-            .iter()
-            .map(|name| self.cf(name))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut options = FlushOptions::default();
-        options.set_wait(true);
-        Ok(self.db.flush_cfs_opt(&families, &options)?)
+        self.state.flush()
     }
 }
 

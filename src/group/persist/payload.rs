@@ -199,6 +199,11 @@ impl PayloadLog {
         Ok(self.log.high_water_mark(COMMIT_PARTITION)?.max(0) as u64)
     }
 
+    /// The offset of the oldest commit-partition record still held.
+    pub fn commit_low_water_mark(&self) -> Result<u64, GroupError> {
+        Ok(self.log.low_water_mark(COMMIT_PARTITION)?.max(0) as u64)
+    }
+
     /// Calls `f(offset, record)` with every commit record at or after `from`, in order
     /// (blocking). Payload records in between are skipped.
     pub fn commit_records(
