@@ -1,12 +1,10 @@
 //! The shared state of a log and what the appending threads do with it: write a request into
-//! its partitions (and the journal), sync, publish, checkpoint, and the background thread that
+//! its partitions (and the journal), sync, publish, checkpoint, and the background job that
 //! syncs buffered logs and retires journal files.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -19,6 +17,7 @@ use super::options::{Durability, LogOptions};
 use super::partition::{Partition, PartitionRecovery};
 use super::replay::ReplayReport;
 use super::request::{EncodedRequest, OffsetRange};
+use super::workers::{self, JobHandle, Kind};
 use crate::error::{StoreError, StoreResult};
 
 /// The shared state of a log.
@@ -42,9 +41,11 @@ pub(crate) struct LogInner {
     pub sync_rounds: AtomicU64,
     pub recovery: Vec<PartitionRecovery>,
     pub replay: ReplayReport,
-    pub maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    /// The periodic maintenance job, when the options ask for one.
+    pub maintenance: Mutex<Option<JobHandle>>,
     pub maintenance_status: Mutex<MaintenanceStatus>,
-    pub background: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    /// The periodic sync and checkpoint job.
+    pub background: Mutex<Option<JobHandle>>,
     /// Prepares journal space ahead of the writers (see [`super::preparer`]).
     pub preparer: super::preparer::Preparer,
     /// Keeps the store's directory lock alive until the log is closed.
@@ -334,9 +335,9 @@ impl LogInner {
 
     /// Stops the background work, syncs, checkpoints and writes the active indexes.
     pub fn shutdown(&self) -> StoreResult<()> {
-        self.stop_maintenance();
-        stop_thread(&self.background);
-        stop_thread(&self.preparer.thread);
+        stop_job(&self.maintenance);
+        stop_job(&self.background);
+        stop_job(&self.preparer.job);
         let mut result = self
             .sync_all_blocking()
             .and_then(|()| self.checkpoint())
@@ -366,41 +367,32 @@ impl LogInner {
         Ok(())
     }
 
-    /// Starts the background thread (buffered syncs every interval; checkpoints).
+    /// Registers the background job (buffered syncs every interval; checkpoints).
     pub fn start_background(self: &Arc<Self>) -> StoreResult<()> {
         let period = match self.options.durability {
             Durability::Interval(d) => d,
             Durability::Sync => Duration::from_millis(100),
         };
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let weak: Weak<LogInner> = Arc::downgrade(self);
-        let handle = std::thread::Builder::new()
-            .name(format!("strata-sync-{}", self.name))
-            .spawn(move || loop {
-                match stop_rx.recv_timeout(period) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                let Some(inner) = weak.upgrade() else { return };
-                // A failed pass leaves its partition poisoned or its files for the next pass.
-                if let Err(e) = inner.background_pass() {
-                    tracing::error!(log = %inner.name, error = %e, "background sync failed; appends are refused until a sync succeeds");
-                }
-            })
-            .map_err(|e| StoreError::io(&self.dir, e))?;
-        *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
+        let job = workers::register(Kind::Sync, Some(period), move || {
+            let Some(inner) = weak.upgrade() else {
+                return false;
+            };
+            // A failed pass leaves its partition poisoned or its files for the next pass.
+            if let Err(e) = inner.background_pass() {
+                tracing::error!(log = %inner.name, error = %e, "background sync failed; appends are refused until a sync succeeds");
+            }
+            true
+        })?;
+        *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
         Ok(())
     }
 }
 
-/// Stops a background thread and waits for it (unless it is the calling thread).
-pub(crate) fn stop_thread(slot: &Mutex<Option<(Sender<()>, JoinHandle<()>)>>) {
-    if let Some((stop, handle)) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        drop(stop);
-        if handle.thread().id() != std::thread::current().id() && handle.join().is_err() {
-            tracing::error!("a background thread of a log panicked");
-        }
-    }
+/// Stops a log's background job and waits for a run in progress (unless it is the caller).
+pub(crate) fn stop_job(slot: &Mutex<Option<JobHandle>>) {
+    let job = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    drop(job);
 }
 
 impl Drop for LogInner {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::compaction::CompactionReport;
 use super::retention::RetentionReport;
-use super::{Log, LogInner};
+use super::Log;
 use crate::error::{StoreError, StoreResult};
 
 /// What one maintenance pass did, and where it failed.
@@ -101,49 +101,25 @@ impl Log {
             .clone()
     }
 
-    /// Starts the background thread that runs [`Log::run_maintenance`] every `period`.
+    /// Registers the background job that runs [`Log::run_maintenance`] every `period` (on
+    /// the process's `strata-maintenance-` worker); a failed pass ends it (the failure is in
+    /// the maintenance status).
     pub(crate) fn start_maintenance(&self, period: std::time::Duration) -> StoreResult<()> {
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let weak = Arc::downgrade(&self.inner);
-        let handle = std::thread::Builder::new()
-            .name(format!("strata-maintenance-{}", self.inner.name))
-            .spawn(move || loop {
-                match stop_rx.recv_timeout(period) {
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                let Some(inner) = weak.upgrade() else { return };
-                // The report (failures included) is kept in the log's maintenance status.
-                if Log::from_inner(inner)
+        let job =
+            super::workers::register(super::workers::Kind::Maintenance, Some(period), move || {
+                let Some(inner) = weak.upgrade() else {
+                    return false;
+                };
+                Log::from_inner(inner)
                     .run_maintenance(crate::now_ms())
-                    .is_err()
-                {
-                    return;
-                }
-            })
-            .map_err(|e| StoreError::io(&self.inner.dir, e))?;
+                    .is_ok()
+            })?;
         *self
             .inner
             .maintenance
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some((stop_tx, handle));
+            .unwrap_or_else(|p| p.into_inner()) = Some(job);
         Ok(())
-    }
-}
-
-impl LogInner {
-    /// Stops the background maintenance thread, if any.
-    pub(crate) fn stop_maintenance(&self) {
-        if let Some((stop, handle)) = self
-            .maintenance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            drop(stop);
-            if handle.thread().id() != std::thread::current().id() && handle.join().is_err() {
-                tracing::error!(log = %self.name, "the maintenance thread panicked");
-            }
-        }
     }
 }

@@ -33,6 +33,7 @@ mod preparer;
 mod replay;
 mod request;
 pub mod retention;
+mod workers;
 pub use backup::DeletionHold;
 
 use std::path::{Path, PathBuf};
