@@ -176,9 +176,18 @@ pub fn decode_frame(buf: &[u8], seq: u64) -> Result<Frame, DecodeError> {
 }
 
 /// Bytes of a journal file of `capacity` bytes zeroed (written and synced) ahead of the writer
-/// at a time: a quarter of the file, 16 KiB to 1 MiB, in whole blocks.
-pub fn prepare_chunk(capacity: u64) -> u64 {
-    block_end((capacity / 4).clamp(16 << 10, 1 << 20))
+/// at a time, for a log whose journal has taken `lsn` bytes in all: as many as it has taken
+/// (space ahead grows with what the log writes, so an idle or new log holds little), from
+/// 16 KiB up to a quarter of the file and 1 MiB, in whole blocks.
+pub fn prepare_chunk(capacity: u64, lsn: u64) -> u64 {
+    let most = (capacity / 4).clamp(16 << 10, 1 << 20);
+    block_end(lsn.clamp(16 << 10, most))
+}
+
+/// Bytes a preparation allocates past a piece's end for a log whose journal has taken `lsn`
+/// bytes: as many as it has taken, at most [`ALLOCATE_AHEAD`].
+fn allocate_ahead(lsn: u64) -> u64 {
+    lsn.min(ALLOCATE_AHEAD)
 }
 
 /// A journal file's first block: its header, then zeros (written whole, so that every later
@@ -236,8 +245,10 @@ pub(crate) struct Preparation {
     file: FileRef,
     from: u64,
     to: u64,
-    /// The file's capacity: blocks are allocated ahead up to it ([`ALLOCATE_AHEAD`]).
+    /// The file's capacity: blocks are allocated ahead up to it.
     capacity: u64,
+    /// Bytes allocated past a piece's end ([`allocate_ahead`]).
+    ahead: u64,
 }
 
 /// Bytes of zeros a preparation writes between two syncs: a round's fdatasync that reaches the
@@ -247,8 +258,8 @@ pub(crate) struct Preparation {
 /// 2.9 ms).
 const PREPARE_SYNC_PIECE: u64 = 256 << 10;
 
-/// Bytes past a piece's end its preparation allocates at once (to the file's capacity at
-/// most). Allocated 256 KiB at a time, with each piece, every piece dirtied allocation metadata
+/// Most bytes past a piece's end its preparation allocates at once (to the file's capacity at
+/// most; a log that has written less allocates as much as it wrote). Allocated 256 KiB at a time, with each piece, every piece dirtied allocation metadata
 /// that a round's fdatasync beside it wrote too, block by block, before its own flush (156
 /// fresh-store commands: 24 waits in `fsync_buffers_list`, none allocated 16 MiB ahead; probe
 /// p90 304-417 us against 228-276).
@@ -292,7 +303,7 @@ impl Preparation {
         Ok(end)
     }
 
-    /// Allocates the file's blocks to [`ALLOCATE_AHEAD`] past `end` (the capacity at most) and
+    /// Allocates the file's blocks to [`allocate_ahead`] past `end` (the capacity at most) and
     /// extends it there (unless it reaches `end` already), so the zeros written next neither
     /// extend the file nor allocate: ext4 then takes the file's lock shared for them, as for the
     /// rounds' writes, instead of exclusive for as long as the device takes to write them (a
@@ -302,7 +313,7 @@ impl Preparation {
         if self.file.len().at(&self.path)? >= end {
             return Ok(());
         }
-        let ahead = (end + ALLOCATE_AHEAD).min(self.capacity).max(end);
+        let ahead = (end + self.ahead).min(self.capacity).max(end);
         self.file
             .reserve(ahead)
             .and_then(|_reserved_or_not| self.file.set_len(ahead))
@@ -344,8 +355,9 @@ impl JournalFile {
                     path: path.clone(),
                     file: zeroing.clone(),
                     from: BLOCK,
-                    to: capacity.min(prepare_chunk(capacity)),
+                    to: capacity.min(prepare_chunk(capacity, base_lsn)),
                     capacity,
+                    ahead: allocate_ahead(base_lsn),
                 };
                 first.run()?;
                 sync_dir(fs, dir)?;
@@ -457,7 +469,8 @@ impl JournalFile {
     /// written; `None` when the file is prepared that far already or full.
     fn next_preparation(&self, bytes: u64) -> Option<Preparation> {
         let capacity = self.capacity;
-        let want = (self.len + bytes).max(self.prepared + prepare_chunk(capacity));
+        let lsn = self.lsn();
+        let want = (self.len + bytes).max(self.prepared + prepare_chunk(capacity, lsn));
         let to = block_end(want).min(capacity);
         (to > self.prepared).then(|| Preparation {
             seq: self.seq,
@@ -466,6 +479,7 @@ impl JournalFile {
             from: self.prepared,
             to,
             capacity,
+            ahead: allocate_ahead(lsn),
         })
     }
 
@@ -653,7 +667,7 @@ impl Journal {
     pub fn wants_preparation(&self) -> bool {
         let ahead = self.current.prepared - self.current.len;
         self.preparing.is_none()
-            && ahead < prepare_chunk(self.current.capacity)
+            && ahead < prepare_chunk(self.current.capacity, self.current.lsn())
             && self.current.prepared < self.current.capacity
     }
 
@@ -794,8 +808,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fs: Fs = Arc::new(crate::fs::RealFs);
         let capacity = 8 << 20;
-        let file = JournalFile::create(&*fs, dir.path(), 1, capacity, 0).unwrap();
-        let chunk = prepare_chunk(capacity);
+        // A log that has written a lot already: whole chunks, allocated far ahead.
+        let lsn = 64 << 20;
+        let file = JournalFile::create(&*fs, dir.path(), 1, capacity, lsn).unwrap();
+        let chunk = prepare_chunk(capacity, lsn);
+        assert_eq!(chunk, 1 << 20);
         assert_eq!(file.prepared, chunk);
         let bytes = std::fs::read(&file.path).unwrap();
         assert_eq!(
@@ -860,6 +877,47 @@ mod tests {
         assert_eq!(
             (journal.current.prepared, journal.preparing),
             (2 * chunk, None)
+        );
+    }
+
+    #[test]
+    fn a_new_log_zeroes_and_allocates_ahead_as_much_as_it_has_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs: Fs = std::sync::Arc::new(crate::fs::RealFs);
+        let capacity = 64 << 20;
+        let file = JournalFile::create(&*fs, dir.path(), 1, capacity, 0).unwrap();
+        assert_eq!(file.prepared, 16 << 10, "the smallest chunk");
+        assert_eq!(
+            std::fs::metadata(&file.path).unwrap().len(),
+            16 << 10,
+            "nothing allocated past it"
+        );
+        let mut journal = Journal {
+            fs,
+            dir: dir.path().to_path_buf(),
+            capacity,
+            current: file,
+            retired: Vec::new(),
+            spare: None,
+            poisoned: None,
+            preparing: None,
+        };
+        journal.current.len = 12 << 10;
+        let p = journal.begin_preparation().expect("a chunk");
+        p.run().unwrap();
+        assert_eq!(p.to, 32 << 10);
+        assert_eq!(
+            std::fs::metadata(&journal.current.path).unwrap().len(),
+            (32 + 12) << 10,
+            "allocated as far ahead as the log has written"
+        );
+        for (lsn, chunk) in [(0, 16 << 10), (100 << 10, 100 << 10), (3 << 20, 1 << 20)] {
+            assert_eq!(prepare_chunk(capacity, lsn), chunk, "after {lsn} bytes");
+        }
+        assert_eq!(
+            prepare_chunk(64 << 10, 3 << 20),
+            16 << 10,
+            "a quarter of a small file"
         );
     }
 }

@@ -2,11 +2,13 @@
 //! compaction writes under a temporary name.
 //!
 //! A segment is created preallocated (format/SEGMENT.md, file version 2): at its full length
-//! (sparse), with blocks reserved a chunk ahead of the writer, so appends overwrite reserved zeros
-//! (an fdatasync then writes no inode size, and a full disk fails a reservation, never a page
-//! fault), and its bytes are reached through a writable shared mapping, so an append is a copy
-//! into memory, not a system call. Readers see the same mapping up to the length the writer
-//! published.
+//! (sparse). Its first bytes (its unreserved head, [`unreserved_head`]) are written with
+//! positioned writes, which take the blocks they fill and nothing more, so a new, idle or slow
+//! partition costs the disk its data takes. Past the head, blocks are reserved a chunk ahead of
+//! the writer, so appends overwrite reserved zeros (an fdatasync then writes no inode size, and
+//! a full disk fails a reservation, never a page fault), and its bytes are reached through a
+//! writable shared mapping, so an append is a copy into memory, not a system call. Readers see
+//! the same mapping up to the length the writer published.
 //!
 //! The writer knows how much of its file the last completed sync made durable and stamps that
 //! length into every batch it writes (`synced_len`), which is how recovery tells a torn tail from
@@ -53,6 +55,19 @@ pub fn index_file_name(base: i64) -> String {
 /// stays put gets large folios from the kernel's read-around, each mapped by one fault (1 GiB
 /// written: 262k faults against 11k).
 pub const ALLOCATION_CHUNK: u64 = 4 << 20;
+
+/// Most bytes at the start of a segment written with positioned writes, reserving nothing
+/// ([`unreserved_head`]): a partition that holds less takes only the blocks its data fills
+/// (10 records of 100 B: one 4 KiB block, not a 4 MiB chunk); one that writes more pays a
+/// system call per append for this many bytes of each segment, then writes through the
+/// mapping.
+pub const UNRESERVED_HEAD: u64 = 256 << 10;
+
+/// The unreserved head of a segment of `capacity` bytes: [`UNRESERVED_HEAD`], at most a
+/// sixteenth of the segment.
+pub fn unreserved_head(capacity: u64) -> u64 {
+    UNRESERVED_HEAD.min(capacity / 16)
+}
 
 /// Most bytes of a segment's mapping kept prefaulted ahead of its writer (see
 /// [`crate::fs::prefault_later`]): a range is requested whenever less than that is left ahead,
@@ -102,10 +117,13 @@ pub struct SegmentWriter {
     /// fill where nothing can be reserved.
     allocated: u64,
     /// Bytes are copied through the mapping (no system call) while the file system reserves
-    /// blocks; once it answers that it cannot ([`Reservation::Unsupported`]), they are written
-    /// with positioned writes, which a full disk fails with `ENOSPC` where a store into the
-    /// mapping would be a SIGBUS.
+    /// blocks; in the unreserved head, and once the file system answers that it cannot reserve
+    /// ([`Reservation::Unsupported`]), they are written with positioned writes, which a full
+    /// disk fails with `ENOSPC` where a store into the mapping would be a SIGBUS.
     mapped_writes: bool,
+    /// Data below this length is written without a reservation (the unreserved head); zero
+    /// once the writer has reserved blocks.
+    unreserved_until: u64,
     /// Length the last completed sync made durable.
     synced: u64,
     /// End of the range asked to be prefaulted so far.
@@ -117,31 +135,25 @@ pub struct SegmentWriter {
 }
 
 /// Gives a segment file whose header is written its full length, `capacity` bytes (sparse; a
-/// longer file is left as long), and reserves its first chunk (if the file system can). Nothing
-/// is durable until the caller syncs the file.
-pub(crate) fn size_fresh_file(file: &FileRef, capacity: u64) -> std::io::Result<Reservation> {
-    file.set_len(capacity.max(file.len()?))?;
-    file.reserve(capacity.min(ALLOCATION_CHUNK))
+/// longer file is left as long), reserving nothing (its head is written with positioned
+/// writes). Nothing is durable until the caller syncs the file.
+pub(crate) fn size_fresh_file(file: &FileRef, capacity: u64) -> std::io::Result<()> {
+    file.set_len(capacity.max(file.len()?))
 }
 
 /// Creates the file of a new segment: header written, the file `capacity` bytes long (sparse),
-/// its first chunk reserved, synced (the caller syncs the directory). A file left at `path` by an
-/// earlier attempt that failed (a full disk) is replaced; on failure nothing is left behind.
-fn create_file(
-    fs: &dyn FileSystem,
-    path: &Path,
-    base: i64,
-    capacity: u64,
-) -> StoreResult<(FileRef, Reservation)> {
+/// synced (the caller syncs the directory). A file left at `path` by an earlier attempt that
+/// failed (a full disk) is replaced; on failure nothing is left behind.
+fn create_file(fs: &dyn FileSystem, path: &Path, base: i64, capacity: u64) -> StoreResult<FileRef> {
     remove_if_present(fs, path)?;
     let file = fs.open(path, OpenMode::CreateNew).at(path)?;
     let written = file
         .write_at(&encode_segment_header(base), 0)
         .and_then(|()| size_fresh_file(&file, capacity))
-        .and_then(|reservation| file.sync_data().map(|()| reservation))
+        .and_then(|()| file.sync_data())
         .at(path);
-    let reservation = match written {
-        Ok(reservation) => reservation,
+    match written {
+        Ok(()) => {}
         Err(e) => {
             // Best effort: a leftover is also replaced by the next attempt.
             if let Err(left) = fs.remove_file(path) {
@@ -149,8 +161,8 @@ fn create_file(
             }
             return Err(e);
         }
-    };
-    Ok((file, reservation))
+    }
+    Ok(file)
 }
 
 impl SegmentWriter {
@@ -171,11 +183,11 @@ impl SegmentWriter {
         Self::fresh(path, file, base, (capacity, index_interval), pins)
     }
 
-    /// The writer of a segment file `create_file` just made: empty, its header synced, its first
-    /// chunk reserved (or, where the file system cannot reserve, written with system calls).
+    /// The writer of a segment file `create_file` just made: empty, its header synced, its
+    /// head written with positioned writes.
     fn fresh(
         path: &Path,
-        (file, reservation): (FileRef, Reservation),
+        file: FileRef,
         base: i64,
         (capacity, index_interval): (u64, u64),
         pins: &Arc<PinCounter>,
@@ -183,9 +195,6 @@ impl SegmentWriter {
         let index = SegmentIndex::empty(base);
         let mut writer = Self::resume(path, file, index, (capacity, index_interval), pins)?;
         writer.synced = SEGMENT_HEADER_LEN as u64;
-        writer.allocated = capacity.min(ALLOCATION_CHUNK);
-        writer.mapped_writes = reservation == Reservation::Reserved;
-        writer.read_ahead_past_head();
         Ok(writer)
     }
 
@@ -228,6 +237,9 @@ impl SegmentWriter {
         }
         let map = file.map_writable(capacity.max(file_len)).at(path)?;
         let allocated = len;
+        // A segment whose data is still inside its head goes on with positioned writes.
+        let head = unreserved_head(capacity.max(file_len));
+        let unreserved_until = if len < head { head } else { 0 };
         let shared = ActiveSegment::new(path.to_path_buf(), map.clone(), index, pins.clone());
         Ok(Self {
             path: path.to_path_buf(),
@@ -238,7 +250,8 @@ impl SegmentWriter {
             len,
             allocated,
             synced: len,
-            mapped_writes: true,
+            mapped_writes: unreserved_until == 0,
+            unreserved_until,
             prefaulted: len,
             opened_at: len,
             gate: SyncGate::default(),
@@ -249,20 +262,31 @@ impl SegmentWriter {
     /// length). The reserved range ends on a chunk boundary (or the file's end), so no page-cache
     /// folio (2 MiB at most, aligned to its size) holds both reserved and unreserved blocks: a
     /// write fault on a folio then never needs blocks a full disk could refuse (a signal).
+    /// Inside the unreserved head nothing is reserved (positioned writes take their blocks);
+    /// the first reservation past it switches to writes through the mapping.
     fn allocate_to(&mut self, end: u64) -> StoreResult<()> {
-        if end <= self.allocated {
+        if end <= self.allocated || end <= self.unreserved_until {
             return Ok(());
         }
         let target = end
             .max(self.allocated + ALLOCATION_CHUNK)
             .next_multiple_of(ALLOCATION_CHUNK)
             .min(self.map.len() as u64);
-        if self.file.reserve(target).at(&self.path)? == Reservation::Unsupported {
-            if self.mapped_writes {
-                tracing::info!(path = %self.path.display(), "the file system cannot reserve blocks: appends use positioned writes, not the mapping");
+        let leaving_head = self.unreserved_until > 0;
+        match self.file.reserve(target).at(&self.path)? {
+            Reservation::Unsupported => {
+                if self.mapped_writes || leaving_head {
+                    tracing::info!(path = %self.path.display(), "the file system cannot reserve blocks: appends use positioned writes, not the mapping");
+                }
+                self.mapped_writes = false;
             }
-            self.mapped_writes = false;
+            Reservation::Reserved if leaving_head => {
+                self.mapped_writes = true;
+                self.read_ahead_past_head();
+            }
+            Reservation::Reserved => {}
         }
+        self.unreserved_until = 0;
         self.allocated = target;
         Ok(())
     }
