@@ -888,6 +888,11 @@ fn bench(
     } else {
         Ok(None)
     };
+    let scale = if wanted("scale") {
+        scale_rows(&scratch.join("scale")).map(Some)
+    } else {
+        Ok(None)
+    };
     if let Err(e) = std::fs::remove_dir_all(&scratch) {
         eprintln!(
             "strata: could not remove the scratch directory {}: {e}",
@@ -907,6 +912,10 @@ fn bench(
             flush.duration
         );
     }
+    if let Some((groups, partitions, concurrent)) = scale? {
+        print_scale(&groups, &partitions);
+        concurrent.iter().for_each(print_concurrent);
+    }
     if let Some(o) = opens? {
         say!(
             "Opening a fresh store (median of {}), RocksDB opening a fresh database: {:?}",
@@ -925,6 +934,97 @@ fn bench(
         );
     }
     Ok(())
+}
+
+/// Groups in one store, beside RocksDB, and one log of many partitions.
+fn scale_rows(root: &Path) -> Result<ScaleRows, String> {
+    use strata::tools::bench::{concurrent_groups, group_scale, partition_scale};
+    let rt = runtime()?;
+    let groups = rt.block_on(group_scale(root, SCALE_GROUPS))?;
+    let partitions = partition_scale(root, SCALE_PARTITIONS)?;
+    let concurrent = CONCURRENT_GROUPS
+        .iter()
+        .map(|&n| rt.block_on(concurrent_groups(root, n, CONCURRENT_APPENDS)))
+        .collect::<Result<_, _>>()?;
+    Ok((groups, partitions, concurrent))
+}
+
+/// What the `scale` rows of `strata bench` measured.
+type ScaleRows = (
+    strata::tools::bench::GroupScale,
+    strata::tools::bench::PartitionScale,
+    Vec<strata::tools::bench::ConcurrentGroups>,
+);
+
+/// Groups appending at once in the `scale` rows, and single appends per group.
+const CONCURRENT_GROUPS: [usize; 2] = [1, 64];
+const CONCURRENT_APPENDS: usize = 200;
+
+/// Group engines opened in one store by the `scale` rows of `strata bench`.
+const SCALE_GROUPS: usize = 100;
+/// Partitions of the log of the `scale` rows.
+const SCALE_PARTITIONS: u32 = 1000;
+
+/// Percentiles of a latency sample: (p50, p99).
+fn percentiles(times: &[Duration]) -> (Duration, Duration) {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let at = |q: f64| {
+        sorted
+            .get(((sorted.len().max(1) - 1) as f64 * q) as usize)
+            .copied()
+    };
+    (at(0.5).unwrap_or_default(), at(0.99).unwrap_or_default())
+}
+
+fn print_concurrent(c: &strata::tools::bench::ConcurrentGroups) {
+    let rate = |n: usize, wall: Duration| n as f64 / wall.as_secs_f64().max(1e-9);
+    let (s, r) = (
+        rate(c.strata.len(), c.strata_wall),
+        rate(c.rocksdb.len(), c.rocksdb_wall),
+    );
+    let ((s50, s99), (r50, r99)) = (percentiles(&c.strata), percentiles(&c.rocksdb));
+    say!(
+        "{:>6.2}x  {} group(s) appending at once, {} single 1 KiB appends each: Strata {s:.0}/s (p50 {s50:?}, p99 {s99:?}), RocksDB {r:.0}/s (p50 {r50:?}, p99 {r99:?})",
+        s / r.max(1e-9),
+        c.groups,
+        c.appends
+    );
+}
+
+fn print_scale(g: &strata::tools::bench::GroupScale, p: &strata::tools::bench::PartitionScale) {
+    let stats = |times: &[Duration]| {
+        let mean = times.iter().sum::<Duration>() / times.len().max(1) as u32;
+        let (p50, p99) = percentiles(times);
+        (mean, p50, p99)
+    };
+    let ((s_mean, s50, s99), (r_mean, r50, r99)) = (stats(&g.strata), stats(&g.rocksdb));
+    let ratio = r_mean.as_secs_f64() / s_mean.as_secs_f64().max(1e-9);
+    say!(
+        "{ratio:>6.2}x  {} groups in one store: open + create + one 1 KiB append, per group: Strata {s_mean:?} (p50 {s50:?}, p99 {s99:?}); RocksDB's two synced writes per group {r_mean:?} (p50 {r50:?}, p99 {r99:?})",
+        g.groups
+    );
+    let f = &g.footprint;
+    say!(
+        "         with every group open: {} KiB of disk per group (RocksDB {} KiB), {} fds, {} threads, {} mappings in the process",
+        f.disk_bytes / 1024 / g.groups.max(1) as u64,
+        g.rocksdb_disk_bytes / 1024 / g.groups.max(1) as u64,
+        f.fds,
+        f.threads,
+        f.mappings
+    );
+    let per = |d: Duration| d / p.partitions.max(1);
+    say!(
+        "         one log of {} partitions, 10 x 100 B each: create {:?} ({:?} per partition), append {:?}, reopen {:?}; {} MiB of disk, {} fds, {} mappings",
+        p.partitions,
+        p.create,
+        per(p.create),
+        p.append,
+        p.reopen,
+        p.footprint.disk_bytes >> 20,
+        p.footprint.fds,
+        p.footprint.mappings
+    );
 }
 
 /// Prints ratios first, then each engine's rate, then Sync append latencies.

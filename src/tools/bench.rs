@@ -327,8 +327,13 @@ pub fn best_read<E: From<String>>(
 #[cfg(feature = "rocksdb")]
 mod baseline;
 mod open;
+mod scale;
 
 pub use open::{open_times, OpenTimes, OPEN_PASSES};
+pub use scale::{
+    concurrent_groups, group_scale, partition_scale, ConcurrentGroups, Footprint, GroupScale,
+    PartitionScale,
+};
 
 #[cfg(feature = "rocksdb")]
 pub use baseline::{compare, rocksdb_append, rocksdb_read_all, rocksdb_seal};

@@ -42,6 +42,13 @@ pub fn key(name: &str, key: impl AsRef<[u8]>) -> Vec<u8> {
 /// leave the shared database (durably) for a database of its own at `groups/<name>`, keys
 /// without the prefix, flushed, as an earlier version left it.
 pub fn to_per_group_layout(root: &Path, name: &str) {
+    copy_to_per_group_layout(root, name);
+    remove_from_shared(root, name);
+}
+
+/// The first half of [`to_per_group_layout`]: group `name`'s rows copied (durably) into a
+/// database of its own at `groups/<name>`, and still in the shared one.
+pub fn copy_to_per_group_layout(root: &Path, name: &str) {
     let shared = shared_db(root);
     let old_path = per_group_dir(root, name);
     std::fs::create_dir_all(old_path.parent().expect("groups/")).expect("groups/");
@@ -52,14 +59,11 @@ pub fn to_per_group_layout(root: &Path, name: &str) {
         DB::list_cf(&Options::default(), root.join("group_state")).expect("column families");
     let old = DB::open_cf(&options, &old_path, &families).expect("a per-group database");
     let p = prefix(name);
-    let mut end = p.clone();
-    *end.last_mut().expect("a prefix") += 1;
     for family in &families {
         let (from, to) = (
             shared.cf_handle(family).expect("family"),
             old.cf_handle(family).expect("family"),
         );
-        let mut removed = WriteBatch::default();
         for item in shared.iterator_cf(from, IteratorMode::From(&p, rocksdb::Direction::Forward)) {
             let (k, v) = item.expect("a row");
             if !k.starts_with(&p) {
@@ -67,9 +71,22 @@ pub fn to_per_group_layout(root: &Path, name: &str) {
             }
             old.put_cf(to, &k[p.len()..], v).expect("copied");
         }
-        removed.delete_range_cf(from, &p, &end);
-        shared.write(removed).expect("removed");
         old.flush_cf(to).expect("flushed");
-        shared.flush_cf(from).expect("flushed");
+    }
+}
+
+/// The second half of [`to_per_group_layout`]: group `name`'s rows deleted (durably) from the
+/// shared database.
+pub fn remove_from_shared(root: &Path, name: &str) {
+    let shared = shared_db(root);
+    let p = prefix(name);
+    let mut end = p.clone();
+    *end.last_mut().expect("a prefix") += 1;
+    for family in DB::list_cf(&Options::default(), root.join("group_state")).expect("families") {
+        let cf = shared.cf_handle(&family).expect("family");
+        let mut removed = WriteBatch::default();
+        removed.delete_range_cf(cf, &p, &end);
+        shared.write(removed).expect("removed");
+        shared.flush_cf(cf).expect("flushed");
     }
 }

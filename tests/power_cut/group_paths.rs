@@ -8,6 +8,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use strata::cold::ColdStore;
+use strata::fs::FileSystem;
 use strata::group::{DiskGroupEngine, GroupOptions};
 use strata::{LogOptions, Store};
 use ursula_runtime::{
@@ -447,26 +448,28 @@ fn expected_integrity(s: usize, acks: &GroupAcks) -> (setsum::Setsum, u64) {
 /// format 4 at open), then appended to.
 pub struct Upgrade;
 
-/// True when the commit partition of group `g`'s payload log (the store closed) starts past
-/// offset 0.
-fn commit_records_trimmed(root: &Path) -> bool {
-    let store = Store::open(root).expect("the store");
+/// Whether the commit partition of group `g`'s payload log (the store closed) starts past
+/// offset 0; `None` if the power was cut meanwhile.
+fn commit_records_trimmed(disk: &Disk) -> Option<bool> {
+    let store = Store::open_with(&disk.root, disk.options()).ok()?;
     let log = store
         .open_log("__group_g", 8, group_options().payload_log)
-        .expect("the payload log");
+        .ok()?;
     let low = log
         .low_water_mark(strata::group::commit_record::COMMIT_PARTITION)
-        .expect("low-water mark");
-    low > 0
+        .ok()?;
+    drop(log);
+    store.close_blocking().ok()?;
+    Some(low > 0)
 }
 
-/// Moves group `g` under `root` to the per-group layout, then puts its stream rows back as
-/// JSON and its format version to 3, directly in RocksDB (which syncs its own files), as a
-/// format-3 build left them.
+/// Copies group `g` under `root` into the per-group layout, then puts its stream rows there
+/// back as JSON and its format version to 3, directly in RocksDB (which syncs its own files),
+/// as a format-3 build left them.
 fn downgrade_to_format_3(root: &Path) {
     use strata::group::rows::encode_row;
     use strata::group::stream_row::decode_stream_row;
-    crate::group_state::to_per_group_layout(root, "g");
+    crate::group_state::copy_to_per_group_layout(root, "g");
     let db = crate::group_state::open_all(&crate::group_state::per_group_dir(root, "g"));
     let streams = db.cf_handle("streams").expect("streams");
     let rows: Vec<_> = db
@@ -515,11 +518,24 @@ impl Workload for Upgrade {
         if setup.is_none() || disk.dead() {
             return;
         }
-        assert!(
-            commit_records_trimmed(&disk.root),
-            "the setup trims commit records"
-        );
+        match commit_records_trimmed(disk) {
+            Some(trimmed) => assert!(trimmed, "the setup trims commit records"),
+            None => return,
+        }
+        // `groups/` through the fault layer; the old database in it is made beside the layer
+        // (RocksDB syncs its own files) and then handed to it, its entry synced, as an earlier
+        // build left it.
+        let groups = disk.root.join("groups");
+        if strata::fs::create_dir_durable(&disk.fs, &groups).is_err() {
+            return;
+        }
         downgrade_to_format_3(&disk.root);
+        let handed = disk.fs.native_dir(&groups.join("g"));
+        if handed.and_then(|()| disk.fs.sync_dir(&groups)).is_err() {
+            return;
+        }
+        // Durable in the old layout now: the rows leave the shared database.
+        crate::group_state::remove_from_shared(&disk.root, "g");
         let Some((store, mut engine)) = open_store_and_engine(disk, acks, between) else {
             return;
         };
