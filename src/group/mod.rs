@@ -1,7 +1,8 @@
 //! The `GroupEngine` seam (ursula-runtime 0.4.1) on durable state.
 //!
 //! - Group state (streams, producers and their receipts, buckets, quotas, usage, the cold
-//!   manifest and the cold-GC queue, the commit index) lives in RocksDB. Every command is
+//!   manifest and the cold-GC queue, the commit index) lives in the store's one RocksDB, under
+//!   the group's key prefix ([`state_db`]), beside every other group's. Every command is
 //!   persisted as one commit record in the payload log (one fdatasync, which also covers its
 //!   payloads), then applied to RocksDB as one atomic `WriteBatch` without RocksDB's WAL;
 //!   recovery replays the commit records RocksDB had not flushed (format/GROUP_STATE.md).
@@ -181,8 +182,9 @@ impl GroupOptions {
     }
 }
 
-/// A durable group engine: one group's state in `<root>/groups/<name>` (RocksDB), its payloads in
-/// the log `__group_<name>`, its cold objects in a [`ColdStore`].
+/// A durable group engine: one group's state under its prefix in the store's RocksDB
+/// (`<root>/group_state`), its payloads in the log `__group_<name>`, its cold objects in a
+/// [`ColdStore`].
 pub struct DiskGroupEngine {
     name: String,
     /// The RocksDB state behind its apply thread, which takes synced commit records beside the
