@@ -802,6 +802,20 @@ mod tests {
         assert_eq!(decode_journal_header(&encode_journal_header(9)), Ok(9));
     }
 
+    /// A journal whose current file is `file`, nothing retired.
+    fn journal_of(fs: Fs, dir: &Path, capacity: u64, file: JournalFile) -> Journal {
+        Journal {
+            fs,
+            dir: dir.to_path_buf(),
+            capacity,
+            current: file,
+            retired: Vec::new(),
+            spare: None,
+            poisoned: None,
+            preparing: None,
+        }
+    }
+
     #[test]
     fn space_is_zeroed_ahead_directly_and_each_synced_piece_counts_at_once() {
         use std::{io, sync::Arc};
@@ -822,16 +836,7 @@ mod tests {
         );
         assert_eq!(&bytes[..JOURNAL_HEADER_LEN], &encode_journal_header(1));
         assert!(bytes[JOURNAL_HEADER_LEN..].iter().all(|&b| b == 0));
-        let mut journal = Journal {
-            fs,
-            dir: dir.path().to_path_buf(),
-            capacity,
-            current: file,
-            retired: Vec::new(),
-            spare: None,
-            poisoned: None,
-            preparing: None,
-        };
+        let mut journal = journal_of(fs, dir.path(), capacity, file);
         assert!(
             journal.wants_preparation(),
             "a new file asks for its second chunk at once"
@@ -892,16 +897,7 @@ mod tests {
             16 << 10,
             "nothing allocated past it"
         );
-        let mut journal = Journal {
-            fs,
-            dir: dir.path().to_path_buf(),
-            capacity,
-            current: file,
-            retired: Vec::new(),
-            spare: None,
-            poisoned: None,
-            preparing: None,
-        };
+        let mut journal = journal_of(fs, dir.path(), capacity, file);
         journal.current.len = 12 << 10;
         let p = journal.begin_preparation().expect("a chunk");
         p.run().unwrap();

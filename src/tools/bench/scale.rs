@@ -95,15 +95,8 @@ pub async fn group_scale(root: &Path, groups: usize) -> Result<GroupScale, Strin
     let mut strata = Vec::with_capacity(groups);
     for g in 0..groups {
         let start = Instant::now();
-        let options = GroupOptions::default();
-        let mut engine = DiskGroupEngine::open(&store, &format!("g{g}"), cold.clone(), options)
-            .map_err(|x| e(&x))?;
+        let mut engine = open_with_stream(&store, &cold, &format!("g{g}"), &id).await?;
         let none = ColdWriteAdmission::default();
-        let create = CreateStreamRequest::new(id.clone(), "application/octet-stream");
-        engine
-            .create_stream(create, placement(), none)
-            .await
-            .map_err(|x| e(&x))?;
         let mut append = AppendRequest::from_bytes(id.clone(), Bytes::from(vec![7u8; 1024]));
         append.content_type = "application/octet-stream".into();
         engine
@@ -124,6 +117,24 @@ pub async fn group_scale(root: &Path, groups: usize) -> Result<GroupScale, Strin
         footprint,
         rocksdb_disk_bytes,
     })
+}
+
+/// Opens group `name` of `store` and creates stream `id` in it.
+async fn open_with_stream(
+    store: &Store,
+    cold: &ColdStore,
+    name: &str,
+    id: &BucketStreamId,
+) -> Result<DiskGroupEngine, String> {
+    let options = GroupOptions::default();
+    let mut engine =
+        DiskGroupEngine::open(store, name, cold.clone(), options).map_err(|e| e.to_string())?;
+    let create = CreateStreamRequest::new(id.clone(), "application/octet-stream");
+    engine
+        .create_stream(create, placement(), ColdWriteAdmission::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(engine)
 }
 
 /// RocksDB doing each group's two durable writes (the stream's row, then the append's bytes
@@ -166,15 +177,7 @@ pub async fn concurrent_groups(
     let id = BucketStreamId::new("tenant", "orders");
     let mut engines = Vec::with_capacity(groups);
     for g in 0..groups {
-        let options = GroupOptions::default();
-        let mut engine = DiskGroupEngine::open(&store, &format!("c{g}"), cold.clone(), options)
-            .map_err(|x| e(&x))?;
-        let create = CreateStreamRequest::new(id.clone(), "application/octet-stream");
-        engine
-            .create_stream(create, placement(), ColdWriteAdmission::default())
-            .await
-            .map_err(|x| e(&x))?;
-        engines.push(engine);
+        engines.push(open_with_stream(&store, &cold, &format!("c{g}"), &id).await?);
     }
     let start = Instant::now();
     let tasks: Vec<_> = engines
