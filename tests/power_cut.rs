@@ -34,7 +34,8 @@ use power_cut::harness::{
     fill_disk_at_fractions, Images,
 };
 use power_cut::log_paths::{
-    Appends, CheckpointedAppends, Compaction, JournalRecycling, Manifest, Retention, UndoneAppends,
+    Appends, CheckpointedAppends, Compaction, CurrentThreadAppends, JournalRecycling, Manifest,
+    Retention, UndoneAppends,
 };
 use power_cut::positions_paths::Positions;
 use strata::fs::OpKinds;
@@ -82,6 +83,15 @@ fn the_journal_preparer_in_every_place_among_the_appenders() {
         "strata-prep-",
         &[0, 8, 64, 512],
     );
+}
+
+/// Appends by tasks of a current-thread runtime, whose rounds the commit workers run: the power
+/// cut at every sync, rename and unlink, and the commit worker held before each of its
+/// operations while the appenders go on, then the power cut.
+#[test]
+fn rounds_handed_to_the_commit_workers_survive_every_power_cut_and_interleaving() {
+    explore(&CurrentThreadAppends, OpKinds::SYNC_RENAME_UNLINK);
+    explore_interleavings(&CurrentThreadAppends, "strata-commit-", &[0, 4, 32]);
 }
 
 /// A checkpoint (detached segment syncs, durable floors, journal files let go) held before each

@@ -5,12 +5,14 @@
 //! end, fdatasyncs the journal file (every frame written so far, by any writer, rides along),
 //! publishes what became durable in every partition, and wakes the others. If appends wrote
 //! frames meanwhile, the same leader syncs again at once (up to [`CHAIN_LIMIT`] rounds, then it
-//! hands the next round to a waiter; a task on a current-thread runtime leads one round, as it
-//! holds up its whole runtime meanwhile): a round starts the moment the one before it ends, not a
+//! hands the next round to a waiter): a round starts the moment the one before it ends, not a
 //! wake and a trip through the scheduler later (64 writers of 100 B: 116k -> 148k appends/s
-//! here, p50 and p99 lower too). No thread is spawned and nothing is handed to
-//! another thread: the leader is an appending thread (an async appender leads through
-//! [`crate::blocking::blocking`], so the executor is not held).
+//! here, p50 and p99 lower too). The leader is an appending thread (an async appender of a
+//! multi-thread runtime leads through [`crate::blocking::blocking`], so the executor is not
+//! held). A task of a current-thread runtime never leads: its runtime has one thread, which a
+//! round would hold for an `fdatasync`, so it queues and hands the round to the log's job on the
+//! process's commit workers (`strata-commit-N`, [`super::workers`]), which leads as a thread
+//! would; its runtime's other tasks run meanwhile.
 //!
 //! Waiters queue their own wake handle (a parked thread or a task's waker) and the leader wakes
 //! exactly the waiters its round satisfied, plus one that must lead the next round (first, so
@@ -124,6 +126,8 @@ enum Step {
     Done(StoreResult<()>),
     Lead,
     Wait,
+    /// Queued; no round runs: the log's commit worker is to lead one.
+    HandOff,
 }
 
 impl GroupCommit {
@@ -147,8 +151,9 @@ impl GroupCommit {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Decides under the lock; a waiter that must wait is queued with `wake`.
-    fn step(&self, lsn: u64, wake: impl FnOnce() -> Wake) -> Step {
+    /// Decides under the lock; a waiter that must wait is queued with `wake`. With
+    /// `hand_off`, a waiter that would lead is queued too, and told to hand the round over.
+    fn step(&self, lsn: u64, wake: impl FnOnce() -> Wake, hand_off: bool) -> Step {
         if self.synced() >= lsn {
             return Step::Done(Ok(()));
         }
@@ -164,6 +169,9 @@ impl GroupCommit {
         if self.running.load(Ordering::Acquire) {
             state.waiters.push((lsn, wake()));
             Step::Wait
+        } else if hand_off {
+            state.waiters.push((lsn, wake()));
+            Step::HandOff
         } else {
             self.running.store(true, Ordering::Release);
             Step::Lead
@@ -186,14 +194,14 @@ impl GroupCommit {
                 std::thread::yield_now();
                 continue;
             }
-            match self.step(lsn, || Wake::Thread(std::thread::current())) {
+            match self.step(lsn, || Wake::Thread(std::thread::current()), false) {
                 Step::Done(result) => {
                     self.relay_wakes();
                     return result;
                 }
                 Step::Lead => self.lead(log, CHAIN_LIMIT),
                 // Woken (or spuriously, or late): decide again.
-                Step::Wait => std::thread::park_timeout(PARK_LIMIT),
+                Step::Wait | Step::HandOff => std::thread::park_timeout(PARK_LIMIT),
             }
         }
     }
@@ -210,31 +218,50 @@ impl GroupCommit {
     }
 
     /// Waits until the journal is durable past `lsn`, leading rounds as needed (a task queues
-    /// at once: yielding would hold up its executor).
+    /// at once: yielding would hold up its executor). A task of a current-thread runtime never
+    /// leads: its executor's thread is the only one its runtime has, so it hands the round to
+    /// the log's commit worker ([`LogInner::hand_off_round`]) and waits as any waiter does; a
+    /// task of a multi-thread runtime leads through [`crate::blocking::blocking`].
     pub async fn wait_async(&self, log: &LogInner, lsn: u64) -> StoreResult<()> {
+        let hand_off = crate::blocking::runs_inline_on_executor();
         loop {
             let step = std::future::poll_fn(|cx| {
-                match self.step(lsn, || Wake::Task(cx.waker().clone())) {
+                match self.step(lsn, || Wake::Task(cx.waker().clone()), hand_off) {
                     Step::Wait => Poll::Pending,
+                    Step::HandOff if log.hand_off_round() => Poll::Pending,
                     decided => Poll::Ready(decided),
                 }
             })
             .await;
             match step {
                 Step::Done(result) => return result,
-                Step::Lead => {
-                    // A task on a current-thread runtime leads inline, holding up every other
-                    // task of its runtime: it leads one round only.
-                    let rounds = if crate::blocking::runs_inline_on_executor() {
-                        1
-                    } else {
-                        CHAIN_LIMIT
+                Step::Lead => crate::blocking::blocking(|| self.lead(log, CHAIN_LIMIT)),
+                // No worker to take it (the log is closing): one round inline, if no one
+                // leads meanwhile.
+                Step::HandOff => {
+                    let leads = {
+                        let _state = self.lock();
+                        !self.running.swap(true, Ordering::AcqRel)
                     };
-                    crate::blocking::blocking(|| self.lead(log, rounds))
+                    if leads {
+                        self.lead(log, 1);
+                    }
                 }
                 Step::Wait => {}
             }
         }
+    }
+
+    /// The commit worker's job: leads rounds (as many as a leading thread would) if waiters
+    /// are queued and no round runs; otherwise nothing.
+    pub fn lead_for_waiters(&self, log: &LogInner) {
+        {
+            let state = self.lock();
+            if state.waiters.is_empty() || self.running.swap(true, Ordering::AcqRel) {
+                return;
+            }
+        }
+        self.lead(log, CHAIN_LIMIT);
     }
 
     /// Leads rounds: one, then more while appends wait for a next one (at most `rounds` in

@@ -46,6 +46,9 @@ pub(crate) struct LogInner {
     pub maintenance_status: Mutex<MaintenanceStatus>,
     /// The periodic sync and checkpoint job.
     pub background: Mutex<Option<JobHandle>>,
+    /// The job that leads group-commit rounds for tasks of current-thread runtimes (a
+    /// journaled log's).
+    pub commit_job: Mutex<Option<JobHandle>>,
     /// Prepares journal space ahead of the writers (see [`super::preparer`]).
     pub preparer: super::preparer::Preparer,
     /// Keeps the store's directory lock alive until the log is closed.
@@ -338,6 +341,7 @@ impl LogInner {
         stop_job(&self.maintenance);
         stop_job(&self.background);
         stop_job(&self.preparer.job);
+        stop_job(&self.commit_job);
         let mut result = self
             .sync_all_blocking()
             .and_then(|()| self.checkpoint())
@@ -386,6 +390,31 @@ impl LogInner {
         })?;
         *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
         Ok(())
+    }
+}
+
+impl LogInner {
+    /// Registers the job that leads rounds handed over by tasks of current-thread runtimes.
+    pub fn start_commit_job(self: &Arc<Self>) -> StoreResult<()> {
+        let weak: Weak<LogInner> = Arc::downgrade(self);
+        let job = workers::register(Kind::Commit, None, move || {
+            let Some(inner) = weak.upgrade() else {
+                return false;
+            };
+            if let Some(commit) = &inner.commit {
+                commit.lead_for_waiters(&inner);
+            }
+            true
+        })?;
+        *self.commit_job.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
+        Ok(())
+    }
+
+    /// Asks the commit job to lead a round for the waiters queued; false once it is stopped
+    /// (the log is closing).
+    pub fn hand_off_round(&self) -> bool {
+        let job = self.commit_job.lock().unwrap_or_else(|p| p.into_inner());
+        job.as_ref().is_some_and(|j| j.wake())
     }
 }
 

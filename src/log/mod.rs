@@ -189,6 +189,7 @@ impl Log {
             maintenance: Mutex::new(None),
             maintenance_status: Mutex::new(MaintenanceStatus::default()),
             background: Mutex::new(None),
+            commit_job: Mutex::new(None),
             preparer: Default::default(),
             lock: Mutex::new(Some(lock)),
             deletion_holds: Default::default(),
@@ -199,6 +200,7 @@ impl Log {
         inner.start_background()?;
         if inner.journal.is_some() {
             preparer::Preparer::start(&inner)?;
+            inner.start_commit_job()?;
         }
         let log = Log { inner };
         if let Some(period) = log.inner.options.maintenance_interval {

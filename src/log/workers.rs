@@ -32,6 +32,9 @@ pub(crate) enum Kind {
     Sync,
     /// Retention and compaction (periodic, when a log asks for it).
     Maintenance,
+    /// Group-commit rounds of journaled logs whose waiters are tasks of a current-thread
+    /// runtime (woken on demand), so no such task syncs on its executor's thread.
+    Commit,
 }
 
 impl Kind {
@@ -41,21 +44,24 @@ impl Kind {
             Kind::Prepare => "strata-prep-",
             Kind::Sync => "strata-sync-",
             Kind::Maintenance => "strata-maintenance-",
+            Kind::Commit => "strata-commit-",
         }
     }
 
     /// Threads in the pool: two for the short jobs (one can run while another waits on the
     /// disk), one for maintenance (a compaction pass is long; passes of different logs take
-    /// turns, as a log cleaner's do).
+    /// turns, as a log cleaner's do), four for commit rounds (rounds of different logs are
+    /// `fdatasync`s of different files, which the disk may serve at once).
     fn threads(self) -> usize {
         match self {
             Kind::Prepare | Kind::Sync => 2,
             Kind::Maintenance => 1,
+            Kind::Commit => 4,
         }
     }
 
     fn pool(self) -> &'static Pool {
-        static POOLS: [OnceLock<Pool>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        static POOLS: [OnceLock<Pool>; 4] = [const { OnceLock::new() }; 4];
         POOLS[self as usize].get_or_init(|| Pool::start(self))
     }
 }

@@ -238,7 +238,7 @@ impl Workload for Appends {
     }
 
     fn run(&self, disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn()) {
-        run_appends(disk, acks, between, 0);
+        run_appends(disk, acks, between, (0, runtime()));
     }
 
     fn check(&self, root: &Path, acks: &AppendAcks) {
@@ -265,7 +265,36 @@ impl Workload for CheckpointedAppends {
     }
 
     fn run(&self, disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn()) {
-        run_appends(disk, acks, between, self.checkpoints);
+        run_appends(disk, acks, between, (self.checkpoints, runtime()));
+    }
+
+    fn check(&self, root: &Path, acks: &AppendAcks) {
+        check_appends(root, acks);
+    }
+
+    fn outcome(&self, acks: &AppendAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+}
+
+/// [`Appends`] by tasks of a current-thread runtime (ursula's thread-per-core executors): no
+/// task leads a round, each is handed to the process's commit workers (`strata-commit-`),
+/// which sync and publish beside the appenders writing their frames.
+pub struct CurrentThreadAppends;
+
+impl Workload for CurrentThreadAppends {
+    type Acks = AppendAcks;
+
+    fn name(&self) -> &'static str {
+        "log appends by tasks of a current-thread runtime"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn()) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        run_appends(disk, acks, between, (0, rt));
     }
 
     fn check(&self, root: &Path, acks: &AppendAcks) {
@@ -293,8 +322,13 @@ fn checkpointer(log: &Log, count: u32) -> Option<std::thread::JoinHandle<()>> {
     })
 }
 
-/// The run of [`Appends`], with `checkpoints` checkpoints beside it.
-fn run_appends(disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn(), checkpoints: u32) {
+/// The run of [`Appends`] on `rt`, with `checkpoints` checkpoints beside it.
+fn run_appends(
+    disk: &Disk,
+    acks: &mut AppendAcks,
+    between: &dyn Fn(),
+    (checkpoints, rt): (u32, tokio::runtime::Runtime),
+) {
     let Some((store, log)) = open_log(
         disk,
         (&mut acks.tally, between),
@@ -306,7 +340,6 @@ fn run_appends(disk: &Disk, acks: &mut AppendAcks, between: &dyn Fn(), checkpoin
     };
     let racing = checkpointer(&log, checkpoints);
     let shared = Arc::new(Mutex::new(std::mem::take(acks)));
-    let rt = runtime();
     for half in 0..2u64 {
         rt.block_on(async {
             let tasks: Vec<_> = (0..3u64)
