@@ -377,18 +377,26 @@ impl LogInner {
             Durability::Interval(d) => d,
             Durability::Sync => Duration::from_millis(100),
         };
-        let weak: Weak<LogInner> = Arc::downgrade(self);
-        let job = workers::register(Kind::Sync, Some(period), move || {
-            let Some(inner) = weak.upgrade() else {
-                return false;
-            };
+        self.start_job((Kind::Sync, Some(period)), |inner| &inner.background, |inner| {
             // A failed pass leaves its partition poisoned or its files for the next pass.
             if let Err(e) = inner.background_pass() {
                 tracing::error!(log = %inner.name, error = %e, "background sync failed; appends are refused until a sync succeeds");
             }
             true
-        })?;
-        *self.background.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
+        })
+    }
+
+    /// Registers `run` as this log's job of `kind` (every `period`, or when woken) in the slot
+    /// `slot` picks; the job holds the log weakly and ends once the log is gone.
+    pub fn start_job(
+        self: &Arc<Self>,
+        (kind, period): (Kind, Option<Duration>),
+        slot: fn(&LogInner) -> &Mutex<Option<JobHandle>>,
+        run: fn(Arc<LogInner>) -> workers::Continue,
+    ) -> StoreResult<()> {
+        let weak: Weak<LogInner> = Arc::downgrade(self);
+        let job = workers::register(kind, period, move || weak.upgrade().is_some_and(run))?;
+        *slot(self).lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
         Ok(())
     }
 }
@@ -396,18 +404,16 @@ impl LogInner {
 impl LogInner {
     /// Registers the job that leads rounds handed over by tasks of current-thread runtimes.
     pub fn start_commit_job(self: &Arc<Self>) -> StoreResult<()> {
-        let weak: Weak<LogInner> = Arc::downgrade(self);
-        let job = workers::register(Kind::Commit, None, move || {
-            let Some(inner) = weak.upgrade() else {
-                return false;
-            };
-            if let Some(commit) = &inner.commit {
-                commit.lead_for_waiters(&inner);
-            }
-            true
-        })?;
-        *self.commit_job.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
-        Ok(())
+        self.start_job(
+            (Kind::Commit, None),
+            |inner| &inner.commit_job,
+            |inner| {
+                if let Some(commit) = &inner.commit {
+                    commit.lead_for_waiters(&inner);
+                }
+                true
+            },
+        )
     }
 
     /// Asks the commit job to lead a round for the waiters queued; false once it is stopped

@@ -2,8 +2,6 @@
 //! partition at a time. A partition that fails does not stop the others; its error is kept in
 //! the report, and the last report of the background thread is readable from the log.
 
-use std::sync::Arc;
-
 use super::compaction::CompactionReport;
 use super::retention::RetentionReport;
 use super::Log;
@@ -105,21 +103,15 @@ impl Log {
     /// the process's `strata-maintenance-` worker); a failed pass ends it (the failure is in
     /// the maintenance status).
     pub(crate) fn start_maintenance(&self, period: std::time::Duration) -> StoreResult<()> {
-        let weak = Arc::downgrade(&self.inner);
-        let job =
-            super::workers::register(super::workers::Kind::Maintenance, Some(period), move || {
-                let Some(inner) = weak.upgrade() else {
-                    return false;
-                };
+        let kind = (super::workers::Kind::Maintenance, Some(period));
+        self.inner.start_job(
+            kind,
+            |inner| &inner.maintenance,
+            |inner| {
                 Log::from_inner(inner)
                     .run_maintenance(crate::now_ms())
                     .is_ok()
-            })?;
-        *self
-            .inner
-            .maintenance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(job);
-        Ok(())
+            },
+        )
     }
 }

@@ -15,10 +15,10 @@
 //! prepares it inline and reports the error.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use super::inner::LogInner;
-use super::workers::{self, JobHandle, Kind};
+use super::workers::{JobHandle, Kind};
 use crate::error::StoreResult;
 
 /// The preparer job of a journaled log (none for a log without a journal).
@@ -34,17 +34,15 @@ pub(crate) struct Preparer {
 impl Preparer {
     /// Registers the job for `inner`'s journal.
     pub fn start(inner: &Arc<LogInner>) -> StoreResult<()> {
-        let weak: Weak<LogInner> = Arc::downgrade(inner);
-        let job = workers::register(Kind::Prepare, None, move || {
-            let Some(inner) = weak.upgrade() else {
-                return false;
-            };
-            inner.preparer.requested.store(false, Ordering::Release);
-            inner.prepare_journal_ahead();
-            true
-        })?;
-        *inner.preparer.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
-        Ok(())
+        inner.start_job(
+            (Kind::Prepare, None),
+            |inner| &inner.preparer.job,
+            |inner| {
+                inner.preparer.requested.store(false, Ordering::Release);
+                inner.prepare_journal_ahead();
+                true
+            },
+        )
     }
 
     /// Asks a worker to prepare the next chunk (a no-op while a request is pending or once
