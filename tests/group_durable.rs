@@ -1186,6 +1186,18 @@ async fn each_group_command_costs_one_file_sync_and_no_rocksdb_sync() {
             fs.count(OpKinds::only(OpKind::ExternalSync)),
         )
     };
+    // A new log prepares journal space in steps that grow with what it has written: warm it
+    // up past the first small steps, then count.
+    let warm = BucketStreamId::new("tenant", "warm");
+    engine
+        .create_stream(CreateStreamRequest::new(warm.clone(), CT), p(), none())
+        .await
+        .unwrap();
+    for i in 0..64u8 {
+        let mut append = AppendRequest::from_bytes(warm.clone(), Bytes::from(vec![i; 1000]));
+        append.content_type = CT.into();
+        engine.append(append, p(), none()).await.unwrap();
+    }
     let id = BucketStreamId::new("tenant", "s");
     let before = syncs(&fs);
     engine
@@ -1409,4 +1421,126 @@ async fn fail_each_operation_of_a_batch(id: &BucketStreamId, len: usize) {
     }
     println!("{id}: {failed} failed commands, {took_effect} of them took effect after settling");
     assert!(failed > 0, "no fault made the command fail");
+}
+
+/// A runtime with one thread, as ursula's thread-per-core mode gives each core.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Opens group `name` of `store` with a local cold store on the store's file layer.
+fn open_on(store: &Store, dir: &Path, name: &str) -> DiskGroupEngine {
+    let cold = ColdStore::local_with_fs(store.fs().clone(), &dir.join("cold")).unwrap();
+    DiskGroupEngine::open(store, name, cold, GroupOptions::default()).unwrap()
+}
+
+/// The groups of one current-thread runtime await durability as futures: a command's journal
+/// round runs on a commit worker, so while syncs take 40 ms no other task of the runtime
+/// waits for one (the bound: 20 ms), several groups' commands are in flight at once, and every
+/// acknowledged append is there after a reopen.
+#[test]
+fn group_commands_on_a_current_thread_runtime_never_hold_up_its_other_tasks() {
+    const GROUPS: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, store) = common::fault_store(dir.path());
+    let id = BucketStreamId::new("tenant", "s");
+    let rt = current_thread();
+    let mut engines = Vec::new();
+    for g in 0..GROUPS {
+        let mut engine = open_on(&store, dir.path(), &format!("g{g}"));
+        rt.block_on(engine.create_stream(create(&id, 0), p(), none()))
+            .unwrap();
+        engines.push(engine);
+    }
+    fs.set_sync_delay(Duration::from_millis(40));
+    let (longest, engines) = rt.block_on(async {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ticker = {
+            let done = done.clone();
+            tokio::spawn(async move {
+                let (mut last, mut longest) = (std::time::Instant::now(), Duration::ZERO);
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    tokio::task::yield_now().await;
+                    longest = longest.max(last.elapsed());
+                    last = std::time::Instant::now();
+                }
+                longest
+            })
+        };
+        let tasks: Vec<_> = engines
+            .into_iter()
+            .map(|mut engine| {
+                let id = id.clone();
+                tokio::spawn(async move {
+                    for bytes in [&b"a"[..], b"b", b"c"] {
+                        tokio::task::yield_now().await;
+                        engine
+                            .append(append(&id, bytes, 0, None), p(), none())
+                            .await?;
+                    }
+                    Ok::<_, GroupEngineError>(engine)
+                })
+            })
+            .collect();
+        let mut engines = Vec::new();
+        for task in tasks {
+            engines.push(task.await.unwrap().unwrap());
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        (ticker.await.unwrap(), engines)
+    });
+    fs.set_sync_delay(Duration::ZERO);
+    assert!(
+        longest < Duration::from_millis(20),
+        "another task of the runtime waited {longest:?} for a group command"
+    );
+    drop(engines);
+    store.close_blocking().unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    for g in 0..GROUPS {
+        let mut engine = open_on(&store, dir.path(), &format!("g{g}"));
+        let bytes = rt.block_on(read(&mut engine, &id, 0, 0)).unwrap();
+        assert_eq!(bytes, b"abc", "group g{g}");
+    }
+}
+
+/// A command whose future is dropped while it awaits durability has written its commit
+/// record: the next command settles it (makes it durable and takes its planned state), so its
+/// append is there, once, at the offset it was planned at, before and after a reopen.
+#[test]
+fn a_group_command_dropped_while_it_awaits_durability_takes_effect_with_the_next_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, store) = common::fault_store(dir.path());
+    let id = BucketStreamId::new("tenant", "s");
+    let rt = current_thread();
+    let mut engine = open_on(&store, dir.path(), "g");
+    rt.block_on(async {
+        engine.create_stream(create(&id, 0), p(), none()).await?;
+        engine.append(append(&id, b"a", 0, None), p(), none()).await
+    })
+    .unwrap();
+    fs.set_sync_delay(Duration::from_millis(200));
+    let dropped = rt.block_on(async {
+        let b = engine.append(append(&id, b"b", 0, None), p(), none());
+        tokio::time::timeout(Duration::from_millis(20), b).await
+    });
+    assert!(dropped.is_err(), "the append was still awaiting its round");
+    fs.set_sync_delay(Duration::ZERO);
+    let head = rt.block_on(head(&mut engine, &id, 0)).unwrap();
+    assert_eq!(head.tail_offset, 2, "the dropped append took effect");
+    let next = rt
+        .block_on(engine.append(append(&id, b"c", 0, None), p(), none()))
+        .unwrap();
+    assert_eq!(next.start_offset, 2);
+    assert_eq!(rt.block_on(read(&mut engine, &id, 0, 0)).unwrap(), b"abc");
+    drop(engine);
+    store.close_blocking().unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let mut engine = open_on(&store, dir.path(), "g");
+    assert_eq!(rt.block_on(read(&mut engine, &id, 0, 0)).unwrap(), b"abc");
 }

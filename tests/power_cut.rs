@@ -28,7 +28,7 @@ mod power_cut {
 
 use power_cut::backup_paths::Backup;
 use power_cut::coordination_paths::Coordination;
-use power_cut::group_paths::{Group, Upgrade};
+use power_cut::group_paths::{CurrentThreadGroups, Group, Upgrade};
 use power_cut::harness::{
     explore, explore_interleavings, explore_random, explore_with, fail_each_operation,
     fill_disk_at_fractions, Images,
@@ -190,6 +190,20 @@ fn coordination_answers_each_failed_operation_and_recovers_from_a_full_disk() {
 #[test]
 fn group_commands_and_the_cold_tier_survive_every_power_cut() {
     explore(&Group, OpKinds::SYNC_RENAME_UNLINK);
+}
+
+/// Several groups as tasks of one current-thread runtime, their commands awaiting durability
+/// together while the commit workers run each group's rounds.
+#[test]
+fn groups_of_one_current_thread_runtime_survive_every_power_cut() {
+    explore(&CurrentThreadGroups, OpKinds::SYNC_RENAME_UNLINK);
+}
+
+/// The commit workers held before each of their operations while the groups of one
+/// current-thread runtime go on writing, then the power cut.
+#[test]
+fn the_commit_workers_in_every_place_among_groups_of_one_runtime() {
+    explore_interleavings(&CurrentThreadGroups, "strata-commit-", &[0, 2, 8, 32]);
 }
 
 #[test]

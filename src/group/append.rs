@@ -357,7 +357,8 @@ impl DiskGroupEngine {
     ) -> Result<AppendResponse, GroupEngineError> {
         let id = request.stream_id.clone();
         if admission.max_hot_bytes_per_group.is_none() {
-            self.ensure_access(&id, request.now_ms, false, placement)?;
+            self.ensure_access(&id, request.now_ms, false, placement)
+                .await?;
         }
         let mut tx = Tx::new(&self.state);
         let outcome = match self.append_core(&mut tx, request.into(), admission).await {
@@ -366,7 +367,7 @@ impl DiskGroupEngine {
             outcome => outcome,
         };
         let response = outcome.and_then(|o| self.append_response(&tx.state, &id, o, placement));
-        self.finish(tx, response)
+        self.finish(tx, response).await
     }
 
     /// `close_stream`: an empty append with `close_after`.
@@ -376,7 +377,8 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<CloseStreamResponse, GroupEngineError> {
         let id = request.stream_id.clone();
-        self.ensure_access(&id, request.now_ms, false, placement)?;
+        self.ensure_access(&id, request.now_ms, false, placement)
+            .await?;
         let mut tx = Tx::new(&self.state);
         let input = AppendInput {
             stream_id: Arc::new(id.clone()),
@@ -408,7 +410,7 @@ impl DiskGroupEngine {
                 "unexpected close stream write response: {other:?}"
             ))),
         });
-        self.finish(tx, response)
+        self.finish(tx, response).await
     }
 
     /// `append_batch`: with a producer, one sequence for the whole batch (all or nothing);
@@ -421,7 +423,8 @@ impl DiskGroupEngine {
     ) -> Result<GroupAppendBatchResponse, GroupEngineError> {
         let id = request.stream_id.clone();
         if admission.max_hot_bytes_per_group.is_none() {
-            self.ensure_access(&id, request.now_ms, false, placement)?;
+            self.ensure_access(&id, request.now_ms, false, placement)
+                .await?;
         }
         let mut tx = Tx::new(&self.state);
         let result = match request.producer.clone() {
@@ -498,7 +501,7 @@ impl DiskGroupEngine {
         };
         match result {
             Err(e) if admission.max_hot_bytes_per_group.is_some() => Err(e),
-            result => self.finish(tx, result),
+            result => self.finish(tx, result).await,
         }
     }
 
@@ -770,19 +773,20 @@ impl DiskGroupEngine {
 impl DiskGroupEngine {
     /// `append_external`: the bytes stay in the caller's object; the stream records a segment
     /// pointing at it (ursula's order of checks).
-    pub(crate) fn append_external_inner(
+    pub(crate) async fn append_external_inner(
         &mut self,
         request: AppendExternalRequest,
         placement: ShardPlacement,
     ) -> Result<AppendResponse, GroupEngineError> {
         let id = request.stream_id.clone();
-        self.ensure_access(&id, request.now_ms, false, placement)?;
+        self.ensure_access(&id, request.now_ms, false, placement)
+            .await?;
         let now_ms = request.now_ms;
         let mut tx = Tx::new(&self.state);
         let outcome = self.apply_external(&mut tx, request);
         self.sweep_expired(&mut tx, now_ms);
         let response = outcome.and_then(|o| self.append_response(&tx.state, &id, o, placement));
-        self.finish(tx, response)
+        self.finish(tx, response).await
     }
 
     fn apply_external(

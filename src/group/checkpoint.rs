@@ -67,13 +67,14 @@ impl DiskGroupEngine {
     }
 
     /// `publish_snapshot`.
-    pub(crate) fn publish_snapshot_inner(
+    pub(crate) async fn publish_snapshot_inner(
         &mut self,
         request: PublishSnapshotRequest,
         placement: ShardPlacement,
     ) -> Result<PublishSnapshotResponse, GroupEngineError> {
         let id = request.stream_id.clone();
-        self.ensure_access(&id, request.now_ms, false, placement)?;
+        self.ensure_access(&id, request.now_ms, false, placement)
+            .await?;
         let mut tx = Tx::new(&self.state);
         let outcome = (|| {
             self.validate_scope(&tx.state, &id)?;
@@ -161,17 +162,19 @@ impl DiskGroupEngine {
                 record_range: tx.state.streams.get(&id).and_then(|r| records::range(r)),
             }
         });
-        self.finish(tx, response)
+        self.finish(tx, response).await
     }
 
     /// `read_snapshot`: the latest, or the one at a given offset.
-    pub(crate) fn read_snapshot_inner(
+    pub(crate) async fn read_snapshot_inner(
         &mut self,
         request: ReadSnapshotRequest,
         placement: ShardPlacement,
     ) -> Result<ReadSnapshotResponse, GroupEngineError> {
         let id = &request.stream_id;
-        let row = self.accessed_row(id, request.now_ms, true, placement)?;
+        let row = self
+            .accessed_row(id, request.now_ms, true, placement)
+            .await?;
         let snapshot = match (request.snapshot_offset, &row.visible_snapshot) {
             (Some(offset), Some(s)) if s.offset == offset => s.clone(),
             (Some(offset), _) => {
@@ -202,13 +205,15 @@ impl DiskGroupEngine {
 
     /// `delete_snapshot`: the visible snapshot is the stream's only checkpoint and backs its
     /// retention, so deleting it is a conflict; any other offset does not exist.
-    pub(crate) fn delete_snapshot_inner(
+    pub(crate) async fn delete_snapshot_inner(
         &mut self,
         request: DeleteSnapshotRequest,
         placement: ShardPlacement,
     ) -> Result<(), GroupEngineError> {
         let id = &request.stream_id;
-        let row = self.accessed_row(id, request.now_ms, false, placement)?;
+        let row = self
+            .accessed_row(id, request.now_ms, false, placement)
+            .await?;
         let offset = request.snapshot_offset;
         match &row.visible_snapshot {
             Some(s) if s.offset == offset => Err(stream_error(
@@ -231,7 +236,8 @@ impl DiskGroupEngine {
     ) -> Result<BootstrapStreamResponse, GroupEngineError> {
         let id = request.stream_id.clone();
         let row = self
-            .accessed_row(&id, request.now_ms, true, placement)?
+            .accessed_row(&id, request.now_ms, true, placement)
+            .await?
             .clone();
         let from = row.visible_snapshot.as_ref().map_or(0, |s| s.offset);
         let ranges: Vec<(u64, u64)> = self
@@ -271,13 +277,14 @@ impl DiskGroupEngine {
 
     /// `advance_retention`: drops the prefix below `retained_offset` (at most the checkpoint):
     /// hot message rows, cold chunks (queued for GC) and retained-bytes usage.
-    pub(crate) fn advance_retention_inner(
+    pub(crate) async fn advance_retention_inner(
         &mut self,
         request: AdvanceRetentionRequest,
         placement: ShardPlacement,
     ) -> Result<AdvanceRetentionResponse, GroupEngineError> {
         let id = request.stream_id.clone();
-        self.ensure_access(&id, request.now_ms, false, placement)?;
+        self.ensure_access(&id, request.now_ms, false, placement)
+            .await?;
         let mut tx = Tx::new(&self.state);
         let outcome = (|| {
             self.validate_scope(&tx.state, &id)?;
@@ -373,7 +380,7 @@ impl DiskGroupEngine {
                 record_range: tx.state.streams.get(&id).and_then(|r| records::range(r)),
             }
         });
-        self.finish(tx, response)
+        self.finish(tx, response).await
     }
 }
 

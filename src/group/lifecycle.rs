@@ -335,12 +335,12 @@ impl DiskGroupEngine {
 
     /// Commits what `tx` holds and returns `result` (ursula keeps side effects, such as a bucket
     /// created or an expired stream removed, even when the command itself then fails).
-    pub(crate) fn finish<T>(
+    pub(crate) async fn finish<T>(
         &mut self,
         tx: Tx,
         result: Result<T, GroupEngineError>,
     ) -> Result<T, GroupEngineError> {
-        self.commit(tx)?;
+        self.commit(tx).await?;
         result
     }
 
@@ -384,7 +384,7 @@ impl DiskGroupEngine {
             return if previewing {
                 Err(e)
             } else {
-                self.finish(tx, Err(e))
+                self.finish(tx, Err(e)).await
             };
         }
         let decided = self.decide_create(&mut tx, &input);
@@ -417,7 +417,7 @@ impl DiskGroupEngine {
                 },
             }
         });
-        self.finish(tx, response)
+        self.finish(tx, response).await
     }
 
     /// Validates a create; `Some` when the stream already exists with the same metadata.
@@ -600,7 +600,7 @@ impl DiskGroupEngine {
     }
 
     /// `delete_stream`.
-    pub(crate) fn delete_stream_inner(
+    pub(crate) async fn delete_stream_inner(
         &mut self,
         id: &BucketStreamId,
         placement: ShardPlacement,
@@ -618,11 +618,11 @@ impl DiskGroupEngine {
             placement,
             group_commit_index: tx.state.commit_index,
         };
-        self.finish(tx, Ok(response))
+        self.finish(tx, Ok(response)).await
     }
 
     /// `update_stream_attrs`.
-    pub(crate) fn update_attrs_inner(
+    pub(crate) async fn update_attrs_inner(
         &mut self,
         request: UpdateStreamAttrsRequest,
         placement: ShardPlacement,
@@ -657,11 +657,11 @@ impl DiskGroupEngine {
                 group_commit_index: tx.state.commit_index,
             }
         });
-        self.finish(tx, response)
+        self.finish(tx, response).await
     }
 
     /// `touch_stream_access`: renews a sliding TTL, or removes an expired stream.
-    pub(crate) fn touch_inner(
+    pub(crate) async fn touch_inner(
         &mut self,
         id: &BucketStreamId,
         now_ms: u64,
@@ -701,12 +701,12 @@ impl DiskGroupEngine {
                 group_commit_index: tx.state.commit_index,
             }
         });
-        self.finish(tx, response)
+        self.finish(tx, response).await
     }
 
     /// Applies the access check reads and some writes make first: expiry (committed) and, for
     /// reads, TTL renewal when due. An expired stream answers `StreamNotFound`.
-    pub(crate) fn ensure_access(
+    pub(crate) async fn ensure_access(
         &mut self,
         id: &BucketStreamId,
         now_ms: u64,
@@ -725,7 +725,7 @@ impl DiskGroupEngine {
         if !needed {
             return Ok(());
         }
-        let response = self.touch_inner(id, now_ms, renew, placement)?;
+        let response = self.touch_inner(id, now_ms, renew, placement).await?;
         if response.expired {
             return Err(not_found(id));
         }
@@ -733,14 +733,14 @@ impl DiskGroupEngine {
     }
 
     /// The stream's row once the access rule has run (see [`Self::ensure_access`]).
-    pub(crate) fn accessed_row(
+    pub(crate) async fn accessed_row(
         &mut self,
         id: &BucketStreamId,
         now_ms: u64,
         renew: bool,
         placement: ShardPlacement,
     ) -> Result<&StreamRow, GroupEngineError> {
-        self.ensure_access(id, now_ms, renew, placement)?;
+        self.ensure_access(id, now_ms, renew, placement).await?;
         self.state
             .streams
             .get(id)
@@ -749,7 +749,7 @@ impl DiskGroupEngine {
     }
 
     /// `purge_bucket`: removes every stream of the bucket, the bucket and its quota.
-    pub(crate) fn purge_bucket_inner(
+    pub(crate) async fn purge_bucket_inner(
         &mut self,
         bucket: &str,
         placement: ShardPlacement,
@@ -784,11 +784,11 @@ impl DiskGroupEngine {
             removed_streams,
             group_commit_index: tx.state.commit_index,
         };
-        self.finish(tx, Ok(response))
+        self.finish(tx, Ok(response)).await
     }
 
     /// `set_bucket_quota`: both limits `None` clears the quota.
-    pub(crate) fn set_quota_inner(
+    pub(crate) async fn set_quota_inner(
         &mut self,
         request: SetBucketQuotaRequest,
         placement: ShardPlacement,
@@ -812,6 +812,6 @@ impl DiskGroupEngine {
             placement,
             group_commit_index: tx.state.commit_index,
         };
-        self.finish(tx, Ok(response))
+        self.finish(tx, Ok(response)).await
     }
 }

@@ -97,6 +97,7 @@ pub use seam::DiskGroupEngineFactory;
 pub use verify::{GroupFinding, GroupVerifyReport};
 
 use db::GroupDb;
+use deferred_digests::DigestJob;
 use payload::PayloadLog;
 use persist::legacy_layout;
 use state::GroupState;
@@ -358,19 +359,20 @@ impl DiskGroupEngine {
         self.state.group_hot_bytes()
     }
 
-    /// Starts a command: settles a commit that failed before it ([`Self::settle`]). A command
-    /// plans on its own [`Tx`] and commits (a blocking log append, then a RocksDB write) only at
-    /// its end, with no `.await` inside, so a command whose future is dropped at an await has
-    /// changed nothing; payload records it had already written are referenced by nothing and
-    /// are reclaimed with their segments.
+    /// Starts a command: settles a commit that failed, or whose command's future was dropped
+    /// while it awaited durability, before it ([`Self::settle`]). A command plans on its own
+    /// [`Tx`] and commits only at its end ([`Self::commit`]), so a command whose future is
+    /// dropped at an earlier await has changed nothing; payload records it had already written
+    /// are referenced by nothing and are reclaimed with their segments.
     pub(crate) fn begin(&mut self) -> Result<(), GroupEngineError> {
         Ok(self.settle()?)
     }
 
-    /// Settles a failed commit: makes the log durable (a failed sync left its bytes to be
-    /// written again), lets RocksDB apply every commit record it lacks, and then takes the
-    /// failed commit's planned state if its record is in the log (durable now, so the command
-    /// took effect, although it reported an error) or drops it if not. Memory is not reloaded.
+    /// Settles a commit that did not finish (it failed, or its future was dropped while it
+    /// awaited durability): makes the log durable (a failed sync left its bytes to be written
+    /// again), lets RocksDB apply every commit record it lacks, and then takes the commit's
+    /// planned state if its record is in the log (durable now, so the command took effect,
+    /// although it reported an error or nothing) or drops it if not. Memory is not reloaded.
     fn settle(&mut self) -> Result<(), GroupError> {
         if self.db.has_failed() {
             self.db()?;
@@ -386,7 +388,7 @@ impl DiskGroupEngine {
         })?;
         if let Some(pending) = self.pending.take() {
             if end > offset {
-                self.apply(pending.tx);
+                self.apply(pending.into_finished());
             }
         }
         Ok(())
@@ -399,14 +401,20 @@ impl DiskGroupEngine {
     }
 
     /// Persists, then applies `tx`: seals it (stream rows and counters), appends its commit
-    /// record to the payload log and syncs it (one fdatasync, which also covers the command's
-    /// payloads; large appends' digests are hashed meanwhile and added to the rows after it),
-    /// then hands the record to the apply thread, which writes it to RocksDB without a sync of
-    /// its own beside the next commands ([`persist::applier`]; every read of RocksDB waits for
-    /// it), and takes its planned state as the engine's. A transaction that writes nothing
-    /// changes nothing. On failure the planned state waits in [`Self::pending`] and the error
-    /// is reported.
-    fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
+    /// record to the payload log and awaits its durability (one journal round, which also
+    /// covers the command's payloads; large appends' digests are hashed meanwhile and added
+    /// to the rows after it), then hands the record to the apply thread, which writes it to
+    /// RocksDB without a sync of its own beside the next commands ([`persist::applier`]; every
+    /// read of RocksDB waits for it), and takes its planned state as the engine's. A
+    /// transaction that writes nothing changes nothing.
+    ///
+    /// The wait for durability is a future: on a current-thread runtime (ursula's
+    /// thread-per-core mode) the round runs on a commit worker and the executor serves other
+    /// groups meanwhile. The planned state waits in [`Self::pending`] across that await, so a
+    /// command whose future is dropped there is settled by the next one ([`Self::settle`]:
+    /// its record, written at the first poll, takes effect once it is durable); on failure it
+    /// waits there too and the error is reported.
+    async fn commit(&mut self, mut tx: Tx) -> Result<(), GroupEngineError> {
         let counters = |s: &GroupState| (s.commit_index, s.next_gc_seq);
         if tx.is_empty() && counters(&tx.state) == counters(&self.state) {
             return Ok(());
@@ -414,35 +422,44 @@ impl DiskGroupEngine {
         tx.seal();
         // Nothing reached the log if these fail: the planned state is dropped.
         let record = tx.take_record()?;
-        let expected = self.payloads.next_commit_offset()?;
+        let offset = self.payloads.next_commit_offset()?;
         let digests = tx.start_digests();
-        let persisted = crate::blocking::blocking(|| {
-            let started = Instant::now();
-            let committed = self.payloads.commit(record.clone(), now_ms());
-            // Before the outcome is looked at: a pending transaction holds its digests too.
-            if let Some(job) = digests {
-                tx.finish_digests(job);
-            }
-            let offset = committed.map_err(|e| (expected, e))?;
+        self.pending = Some(PendingCommit {
+            tx,
+            offset,
+            digests,
+        });
+        let started = Instant::now();
+        let committed = self.payloads.commit_async(record.clone(), now_ms()).await;
+        let sync = started.elapsed();
+        let Some(pending) = self.pending.take() else {
+            return Err(GroupError::Corrupt("a commit lost its planned state".into()).into());
+        };
+        // Before the outcome is looked at: a pending transaction holds its digests too.
+        let mut tx = pending.into_finished();
+        let persisted = committed.and_then(|at| {
             debug_assert_eq!(
-                offset, expected,
+                at, offset,
                 "the engine is the commit partition's only writer"
             );
-            let sync = started.elapsed();
             self.commit_metrics.committed(sync);
             // The rows `finish_digests` wrote again, applied after the record in one batch.
-            let rewrites = tx.take_record().map_err(|e| (offset, e))?;
+            let rewrites = tx.take_record()?;
             self.db
                 .submit(self.apply_job([record, rewrites], offset + 1, sync));
-            Ok::<(), (u64, GroupError)>(())
+            Ok(())
         });
         match persisted {
             Ok(()) => {
                 self.apply(tx);
                 Ok(())
             }
-            Err((offset, e)) => {
-                self.pending = Some(PendingCommit { tx, offset });
+            Err(e) => {
+                self.pending = Some(PendingCommit {
+                    tx,
+                    offset,
+                    digests: None,
+                });
                 if let Err(settling) = self.settle() {
                     tracing::warn!(group = %self.name, error = %settling, "a failed commit stays unsettled until the next command");
                 }
@@ -499,11 +516,24 @@ impl DiskGroupEngine {
     }
 }
 
-/// A commit that failed after its record may have been appended: its transaction and the
-/// offset its commit record was to get.
+/// A commit whose record may have been appended but whose command has not seen it durable (it
+/// awaits that, failed, or its future was dropped): its transaction, the offset its commit
+/// record was to get, and the digests hashed beside it that the transaction still lacks.
 struct PendingCommit {
     tx: Tx,
     offset: u64,
+    digests: Option<DigestJob>,
+}
+
+impl PendingCommit {
+    /// The transaction with every digest it planned (waits for the hashing still running).
+    fn into_finished(self) -> Tx {
+        let mut tx = self.tx;
+        if let Some(job) = self.digests {
+            tx.finish_digests(job);
+        }
+        tx
+    }
 }
 
 /// Milliseconds since the Unix epoch (the timestamp of commit records).

@@ -26,7 +26,8 @@ impl DiskGroupEngine {
         placement: ShardPlacement,
     ) -> Result<ReadStreamResponse, GroupEngineError> {
         let id = request.stream_id.clone();
-        self.ensure_access(&id, request.now_ms, true, placement)?;
+        self.ensure_access(&id, request.now_ms, true, placement)
+            .await?;
         // Borrowed, not cloned: the rest of a read only reads.
         let this = &*self;
         let row = this.state.streams.get(&id).ok_or_else(|| not_found(&id))?;
@@ -286,13 +287,15 @@ impl DiskGroupEngine {
     }
 
     /// `head_stream`.
-    pub(crate) fn head_inner(
+    pub(crate) async fn head_inner(
         &mut self,
         request: HeadStreamRequest,
         placement: ShardPlacement,
     ) -> Result<HeadStreamResponse, GroupEngineError> {
         let id = &request.stream_id;
-        let row = self.accessed_row(id, request.now_ms, false, placement)?;
+        let row = self
+            .accessed_row(id, request.now_ms, false, placement)
+            .await?;
         let m = &row.metadata;
         Ok(HeadStreamResponse {
             placement,
@@ -311,13 +314,15 @@ impl DiskGroupEngine {
     }
 
     /// `get_stream_attrs`.
-    pub(crate) fn get_attrs_inner(
+    pub(crate) async fn get_attrs_inner(
         &mut self,
         request: GetStreamAttrsRequest,
         placement: ShardPlacement,
     ) -> Result<GetStreamAttrsResponse, GroupEngineError> {
         let id = &request.stream_id;
-        let row = self.accessed_row(id, request.now_ms, false, placement)?;
+        let row = self
+            .accessed_row(id, request.now_ms, false, placement)
+            .await?;
         Ok(GetStreamAttrsResponse {
             placement,
             attrs: row.attrs.clone(),

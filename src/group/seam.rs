@@ -63,7 +63,7 @@ impl GroupEngine for DiskGroupEngine {
         request: HeadStreamRequest,
         placement: ShardPlacement,
     ) -> GroupHeadStreamFuture<'a> {
-        command!(self, { self.head_inner(request, placement) })
+        command!(self, { self.head_inner(request, placement).await })
     }
 
     fn bucket_usage<'a>(&'a mut self, _placement: ShardPlacement) -> GroupBucketUsageFuture<'a> {
@@ -97,6 +97,7 @@ impl GroupEngine for DiskGroupEngine {
     ) -> GroupTouchStreamAccessFuture<'a> {
         command!(self, {
             self.touch_inner(&stream_id, now_ms, renew_ttl, placement)
+                .await
         })
     }
 
@@ -114,7 +115,9 @@ impl GroupEngine for DiskGroupEngine {
         placement: ShardPlacement,
     ) -> GroupDeleteStreamFuture<'a> {
         command!(self, {
-            let response = self.delete_stream_inner(&request.stream_id, placement)?;
+            let response = self
+                .delete_stream_inner(&request.stream_id, placement)
+                .await?;
             self.reclaim_hot_segments()?;
             Ok(response)
         })
@@ -182,7 +185,9 @@ impl GroupEngine for DiskGroupEngine {
         request: AppendExternalRequest,
         placement: ShardPlacement,
     ) -> GroupAppendFuture<'a> {
-        command!(self, { self.append_external_inner(request, placement) })
+        command!(self, {
+            self.append_external_inner(request, placement).await
+        })
     }
 
     fn get_stream_attrs<'a>(
@@ -190,7 +195,7 @@ impl GroupEngine for DiskGroupEngine {
         request: GetStreamAttrsRequest,
         placement: ShardPlacement,
     ) -> GroupGetStreamAttrsFuture<'a> {
-        command!(self, { self.get_attrs_inner(request, placement) })
+        command!(self, { self.get_attrs_inner(request, placement).await })
     }
 
     fn publish_snapshot<'a>(
@@ -198,7 +203,9 @@ impl GroupEngine for DiskGroupEngine {
         request: PublishSnapshotRequest,
         placement: ShardPlacement,
     ) -> GroupPublishSnapshotFuture<'a> {
-        command!(self, { self.publish_snapshot_inner(request, placement) })
+        command!(self, {
+            self.publish_snapshot_inner(request, placement).await
+        })
     }
 
     fn advance_retention<'a>(
@@ -207,7 +214,7 @@ impl GroupEngine for DiskGroupEngine {
         placement: ShardPlacement,
     ) -> GroupAdvanceRetentionFuture<'a> {
         command!(self, {
-            let response = self.advance_retention_inner(request, placement)?;
+            let response = self.advance_retention_inner(request, placement).await?;
             self.reclaim_hot_segments()?;
             Ok(response)
         })
@@ -228,7 +235,7 @@ impl GroupEngine for DiskGroupEngine {
         request: SetBucketQuotaRequest,
         placement: ShardPlacement,
     ) -> GroupSetBucketQuotaFuture<'a> {
-        command!(self, { self.set_quota_inner(request, placement) })
+        command!(self, { self.set_quota_inner(request, placement).await })
     }
 
     fn read_snapshot<'a>(
@@ -236,7 +243,7 @@ impl GroupEngine for DiskGroupEngine {
         request: ReadSnapshotRequest,
         placement: ShardPlacement,
     ) -> GroupReadSnapshotFuture<'a> {
-        command!(self, { self.read_snapshot_inner(request, placement) })
+        command!(self, { self.read_snapshot_inner(request, placement).await })
     }
 
     fn delete_snapshot<'a>(
@@ -244,7 +251,9 @@ impl GroupEngine for DiskGroupEngine {
         request: DeleteSnapshotRequest,
         placement: ShardPlacement,
     ) -> GroupDeleteSnapshotFuture<'a> {
-        command!(self, { self.delete_snapshot_inner(request, placement) })
+        command!(self, {
+            self.delete_snapshot_inner(request, placement).await
+        })
     }
 
     fn bootstrap_stream<'a>(
@@ -260,7 +269,7 @@ impl GroupEngine for DiskGroupEngine {
         request: UpdateStreamAttrsRequest,
         placement: ShardPlacement,
     ) -> GroupUpdateStreamAttrsFuture<'a> {
-        command!(self, { self.update_attrs_inner(request, placement) })
+        command!(self, { self.update_attrs_inner(request, placement).await })
     }
 
     fn ack_cold_gc<'a>(
@@ -268,7 +277,7 @@ impl GroupEngine for DiskGroupEngine {
         up_to_seq: u64,
         placement: ShardPlacement,
     ) -> GroupAckColdGcFuture<'a> {
-        command!(self, { self.ack_cold_gc_inner(up_to_seq, placement) })
+        command!(self, { self.ack_cold_gc_inner(up_to_seq, placement).await })
     }
 
     fn purge_bucket<'a>(
@@ -277,7 +286,7 @@ impl GroupEngine for DiskGroupEngine {
         placement: ShardPlacement,
     ) -> GroupPurgeBucketFuture<'a> {
         command!(self, {
-            let response = self.purge_bucket_inner(&bucket_id, placement)?;
+            let response = self.purge_bucket_inner(&bucket_id, placement).await?;
             self.reclaim_hot_segments()?;
             Ok(response)
         })
@@ -310,7 +319,7 @@ impl GroupEngine for DiskGroupEngine {
     ) -> GroupFlushColdFuture<'a> {
         command!(self, {
             self.check_object(&request.chunk).await?;
-            let response = self.flush_cold_inner(request, placement)?;
+            let response = self.flush_cold_inner(request, placement).await?;
             self.reclaim_hot_segments()?;
             Ok(response)
         })
@@ -323,7 +332,7 @@ impl GroupEngine for DiskGroupEngine {
     ) -> GroupCompactColdFuture<'a> {
         command!(self, {
             self.check_object(&request.replacement).await?;
-            self.compact_cold_inner(request, placement)
+            self.compact_cold_inner(request, placement).await
         })
     }
 

@@ -351,7 +351,7 @@ impl DiskGroupEngine {
         state.recompute_expiry_floor();
         tx.state = state;
         let previous = tx.state.clone();
-        self.commit(tx)?;
+        self.commit(tx).await?;
         // Pages of the streams replaced are rewritten from the new manifest (or deleted).
         if let Some(index) = self.cold_index.as_mut() {
             index.touch_all(&previous);

@@ -72,7 +72,7 @@ impl DiskGroupEngine {
             response.group_hot_bytes = group_hot;
             responses.push(response);
         }
-        self.commit(tx)?;
+        self.commit(tx).await?;
         Ok(AppendTransactionResponse {
             placement,
             items: responses,

@@ -571,3 +571,181 @@ impl Workload for Upgrade {
         acks.tally.messages.clone()
     }
 }
+
+// ------------------------------------------------- groups of one current-thread runtime
+
+/// Groups of [`CurrentThreadGroups`] and appends each makes.
+const RUNTIME_GROUPS: usize = 3;
+const RUNTIME_APPENDS: usize = 6;
+
+/// Opens group `name` of `store` with the default local cold store `<root>/cold`.
+fn open_named(store: &Store, name: &str) -> Result<DiskGroupEngine, strata::group::GroupError> {
+    let cold = ColdStore::local_with_fs(store.fs().clone(), &store.root().join("cold"))?;
+    DiskGroupEngine::open(store, name, cold, group_options())
+}
+
+/// What the groups of [`CurrentThreadGroups`] acknowledged.
+#[derive(Debug, Default)]
+pub struct RuntimeAcks {
+    /// Acknowledged appends: `(group, start offset) -> bytes` of stream 0 of the group.
+    pub appended: BTreeMap<(usize, u64), Bytes>,
+    /// Groups whose stream's creation was acknowledged.
+    pub created: std::collections::BTreeSet<usize>,
+    pub tally: Tally,
+}
+
+/// Several groups of one store as tasks of one current-thread runtime (ursula's thread-per-core
+/// executor): each creates a stream and appends to it, and every command awaits its
+/// durability as a future while the commit workers (`strata-commit-`) run the groups' rounds,
+/// so one group's round syncs and ends among the other groups' writes.
+pub struct CurrentThreadGroups;
+
+impl CurrentThreadGroups {
+    /// One group's task: a stream, then `appends` of `RUNTIME_APPENDS` appends (by index).
+    async fn group_task(
+        g: usize,
+        mut engine: DiskGroupEngine,
+        appends: std::ops::Range<usize>,
+        acks: std::sync::Arc<std::sync::Mutex<RuntimeAcks>>,
+        dead: impl Fn() -> bool,
+    ) -> DiskGroupEngine {
+        let lock = || acks.lock().unwrap_or_else(|p| p.into_inner());
+        if appends.start == 0 {
+            let create = CreateStreamRequest::new(stream(0), CT);
+            match engine
+                .create_stream(create, placement(), ColdWriteAdmission::default())
+                .await
+            {
+                Ok(_) => {
+                    lock().created.insert(g);
+                }
+                Err(e) => lock().tally.failed(format!("g{g} create: {e}")),
+            }
+        }
+        for k in appends {
+            if dead() {
+                break;
+            }
+            let payload = bytes_of(g * 100 + k, 100 + 97 * k);
+            let mut append = AppendRequest::from_bytes(stream(0), payload.clone());
+            append.content_type = CT.into();
+            let admission = ColdWriteAdmission::default();
+            match engine.append(append, placement(), admission).await {
+                Ok(r) => {
+                    lock().appended.insert((g, r.start_offset), payload);
+                }
+                Err(e) => lock().tally.failed(format!("g{g} append {k}: {e}")),
+            }
+        }
+        engine
+    }
+}
+
+impl Workload for CurrentThreadGroups {
+    type Acks = RuntimeAcks;
+
+    fn name(&self) -> &'static str {
+        "groups of one current-thread runtime"
+    }
+
+    fn run(&self, disk: &Disk, acks: &mut RuntimeAcks, between: &dyn Fn()) {
+        let Some((store, mut engines)) = open_with_retries(disk, &mut acks.tally, between, || {
+            let store = Store::open_with(&disk.root, disk.options()).map_err(|e| e.to_string())?;
+            let engines = (0..RUNTIME_GROUPS)
+                .map(|g| open_named(&store, &format!("g{g}")).map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok::<_, String>((store, engines))
+        }) else {
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(std::mem::take(acks)));
+        let half = RUNTIME_APPENDS / 2;
+        for range in [0..half, half..RUNTIME_APPENDS] {
+            if range.start > 0 {
+                between();
+                shared.lock().unwrap().tally.halfway = true;
+            }
+            engines = rt.block_on(async {
+                let tasks: Vec<_> = engines
+                    .into_iter()
+                    .enumerate()
+                    .map(|(g, engine)| {
+                        let fs = disk.fs.clone();
+                        let dead = move || fs.crashed().is_some();
+                        let task = Self::group_task(g, engine, range.clone(), shared.clone(), dead);
+                        tokio::spawn(task)
+                    })
+                    .collect();
+                let mut back = Vec::new();
+                for task in tasks {
+                    back.push(task.await.expect("a group task"));
+                }
+                back
+            });
+        }
+        *acks = std::mem::take(&mut *shared.lock().unwrap());
+        let probe = bytes_of(999, 50);
+        let mut append = AppendRequest::from_bytes(stream(0), probe.clone());
+        append.content_type = CT.into();
+        let probed =
+            rt.block_on(engines[0].append(append, placement(), ColdWriteAdmission::default()));
+        if let Ok(r) = &probed {
+            acks.appended.insert((0, r.start_offset), probe);
+        }
+        acks.tally.probe_ok = probed.is_ok() && !disk.dead();
+        drop(engines);
+        let _ = store.close_blocking();
+    }
+
+    fn check(&self, root: &Path, acks: &RuntimeAcks) {
+        let (disk, store) = open_image(root);
+        let rt = runtime();
+        for g in 0..RUNTIME_GROUPS {
+            let mut engine = open_named(&store, &format!("g{g}")).expect("the group opens");
+            let head = HeadStreamRequest {
+                stream_id: stream(0),
+                now_ms: 0,
+            };
+            let found = rt.block_on(engine.head_stream(head, placement()));
+            if acks.created.contains(&g) {
+                assert!(
+                    found.is_ok(),
+                    "g{g}: its acknowledged stream is gone: {found:?}"
+                );
+            }
+            for (&(_, start), bytes) in acks.appended.range((g, 0)..(g + 1, 0)) {
+                let read = ReadStreamRequest {
+                    stream_id: stream(0),
+                    offset: start,
+                    max_len: bytes.len(),
+                    now_ms: 0,
+                    record: None,
+                    max_records: None,
+                };
+                let got = rt
+                    .block_on(engine.read_stream(read, placement()))
+                    .map(|r| r.payload);
+                assert_eq!(
+                    got.as_deref().ok(),
+                    Some(&bytes[..]),
+                    "g{g}: acknowledged bytes at {start} lost ({got:?})"
+                );
+            }
+            let report = rt.block_on(engine.verify());
+            assert!(report.is_clean(), "g{g} verify: {:?}", report.findings);
+        }
+        verify_clean(&disk, store);
+    }
+
+    fn outcome(&self, acks: &RuntimeAcks) -> Outcome {
+        acks.tally.outcome()
+    }
+
+    fn messages(&self, acks: &RuntimeAcks) -> Vec<String> {
+        acks.tally.messages.clone()
+    }
+}

@@ -233,7 +233,7 @@ impl DiskGroupEngine {
 
     /// `flush_cold`: validates the uploaded chunk against the hot prefix and moves the prefix
     /// into the cold manifest.
-    pub(crate) fn flush_cold_inner(
+    pub(crate) async fn flush_cold_inner(
         &mut self,
         request: FlushColdRequest,
         placement: ShardPlacement,
@@ -340,13 +340,13 @@ impl DiskGroupEngine {
             hot_start_offset: tx.state.hot_start_of(id),
             group_commit_index: tx.state.commit_index,
         };
-        self.commit(tx)?;
+        self.commit(tx).await?;
         Ok(response)
     }
 
     /// `compact_cold`: replaces a contiguous run of chunks by one object covering the same range;
     /// the old objects are queued for GC not before `gc_not_before_ms`.
-    pub(crate) fn compact_cold_inner(
+    pub(crate) async fn compact_cold_inner(
         &mut self,
         request: CompactColdRequest,
         placement: ShardPlacement,
@@ -442,7 +442,7 @@ impl DiskGroupEngine {
             compacted_bytes: bytes,
             group_commit_index: tx.state.commit_index,
         };
-        self.commit(tx)?;
+        self.commit(tx).await?;
         Ok(response)
     }
 
@@ -454,7 +454,7 @@ impl DiskGroupEngine {
     /// Ends a GC pass in one transaction: removes the entries in `done` (their objects are
     /// deleted), and re-queues each entry in `failed` at the back, due again after its backoff
     /// ([`crate::group::GroupOptions::cold_gc_backoff`]), so the entries behind it go on.
-    pub(crate) fn settle_cold_gc_inner(
+    pub(crate) async fn settle_cold_gc_inner(
         &mut self,
         done: &[u64],
         failed: Vec<(u64, String)>,
@@ -478,7 +478,7 @@ impl DiskGroupEngine {
             }
         }
         tx.state.commit_index += 1;
-        self.commit(tx)?;
+        self.commit(tx).await?;
         // Memory follows once the batch is durable (persist, then apply).
         for seq in done {
             self.gc_failures.done(*seq);
@@ -498,7 +498,7 @@ impl DiskGroupEngine {
     }
 
     /// `ack_cold_gc`: removes every entry with `seq <= up_to_seq`.
-    pub(crate) fn ack_cold_gc_inner(
+    pub(crate) async fn ack_cold_gc_inner(
         &mut self,
         up_to_seq: u64,
         placement: ShardPlacement,
@@ -521,7 +521,7 @@ impl DiskGroupEngine {
             removed,
             group_commit_index: tx.state.commit_index,
         };
-        self.commit(tx)?;
+        self.commit(tx).await?;
         Ok(response)
     }
 

@@ -89,13 +89,15 @@ impl DiskGroupEngine {
             return Ok(None);
         };
         let (chunk, _in_flight) = self.upload_tracked(&candidate).await?;
-        let response = self.flush_cold_inner(
-            FlushColdRequest {
-                stream_id: id.clone(),
-                chunk,
-            },
-            placement,
-        )?;
+        let response = self
+            .flush_cold_inner(
+                FlushColdRequest {
+                    stream_id: id.clone(),
+                    chunk,
+                },
+                placement,
+            )
+            .await?;
         self.reclaim_hot_segments()?;
         Ok(Some(response.hot_start_offset))
     }
@@ -220,15 +222,17 @@ impl DiskGroupEngine {
         };
         let (mut replacement, _in_flight) = self.upload_tracked(&candidate).await?;
         replacement.object_size = run.iter().map(|c| c.object_size).sum();
-        let response = self.compact_cold_inner(
-            CompactColdRequest {
-                stream_id: id.clone(),
-                old_chunks: run,
-                replacement,
-                gc_not_before_ms,
-            },
-            placement,
-        )?;
+        let response = self
+            .compact_cold_inner(
+                CompactColdRequest {
+                    stream_id: id.clone(),
+                    old_chunks: run,
+                    replacement,
+                    gc_not_before_ms,
+                },
+                placement,
+            )
+            .await?;
         Ok(response.compacted_chunks)
     }
 
@@ -290,7 +294,7 @@ impl DiskGroupEngine {
         }
         report.set_aside = failed.len() as u64;
         if !done.is_empty() || !failed.is_empty() {
-            self.settle_cold_gc_inner(&done, failed, now_ms)?;
+            self.settle_cold_gc_inner(&done, failed, now_ms).await?;
         }
         Ok(report)
     }

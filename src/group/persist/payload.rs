@@ -107,14 +107,16 @@ impl PayloadLog {
         Ok(out)
     }
 
-    /// Appends a command's commit record and waits (leading the group commit when no one else
-    /// does) until it and every payload written before it are durable; returns its offset.
-    /// Blocking: call it through [`crate::blocking::blocking`].
-    pub fn commit(&self, record: Bytes, now_ms: u64) -> Result<u64, GroupError> {
+    /// Appends a command's commit record and resolves to its offset once it and every payload
+    /// written before it are durable ([`Log::append`]: on a current-thread runtime the round
+    /// runs on a commit worker, not on the executor's thread). Dropped after its first poll,
+    /// the record is written and becomes durable with the log's next round.
+    pub async fn commit_async(&self, record: Bytes, now_ms: u64) -> Result<u64, GroupError> {
         let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
         let (offset, _) = self
             .log
-            .append_blocking(COMMIT_PARTITION, vec![NewRecord::value(timestamp, record)])?;
+            .append(COMMIT_PARTITION, vec![NewRecord::value(timestamp, record)])
+            .await?;
         u64::try_from(offset).map_err(|_| GroupError::Corrupt(format!("commit offset {offset}")))
     }
 
