@@ -662,7 +662,29 @@ async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), Stri
     }
     say!("reopened the store: high-water marks {reopened:?} survived");
     log.close().await.map_err(err)?;
-    demo_group(&store, events).await
+    demo_group(&store, events).await?;
+    demo_runtime().await
+}
+
+/// The group engine as ursula runs it: a thread-per-core `ShardRuntime` with
+/// `DiskGroupEngineFactory` (8 raft groups, 16 clients appending), beside ursula's in-memory
+/// engine, in a scratch store removed afterwards.
+async fn demo_runtime() -> Result<(), String> {
+    let scratch = tempfile_dir()?;
+    let run = strata::tools::bench::shard_runtime(&scratch, 8, 16, 50).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    let c = run?;
+    let (p50, p99) = percentiles(&c.strata.latencies);
+    say!(
+        "ShardRuntime (thread-per-core, {} cores, {} raft groups, {} clients): {} durable 1 KiB appends at {:.0}/s (p50 {p50:.2?}, p99 {p99:.2?}), every byte read back; ursula's in-memory engine {:.0}/s",
+        strata::tools::bench::RUNTIME_CORES,
+        c.groups,
+        c.clients,
+        c.strata.latencies.len(),
+        c.strata.rate(),
+        c.in_memory.rate()
+    );
+    Ok(())
 }
 
 /// The GroupEngine part of the demo: a stream in RocksDB-backed group state, its bytes in
@@ -893,6 +915,11 @@ fn bench(
     } else {
         Ok(None)
     };
+    let runtime_rows = if wanted("runtime") {
+        runtime_rows(&scratch.join("runtime")).map(Some)
+    } else {
+        Ok(None)
+    };
     if let Err(e) = std::fs::remove_dir_all(&scratch) {
         eprintln!(
             "strata: could not remove the scratch directory {}: {e}",
@@ -915,6 +942,9 @@ fn bench(
     if let Some((groups, partitions, concurrent)) = scale? {
         print_scale(&groups, &partitions);
         concurrent.iter().for_each(print_concurrent);
+    }
+    if let Some(rows) = runtime_rows? {
+        rows.iter().for_each(print_runtime);
     }
     if let Some(o) = opens? {
         say!(
@@ -947,6 +977,44 @@ fn scale_rows(root: &Path) -> Result<ScaleRows, String> {
         .map(|&n| rt.block_on(concurrent_groups(root, n, CONCURRENT_APPENDS)))
         .collect::<Result<_, _>>()?;
     Ok((groups, partitions, concurrent))
+}
+
+/// ursula's thread-per-core `ShardRuntime` with Strata's engines and with ursula's in-memory
+/// engine, at each count of [`RUNTIME_GROUPS`].
+fn runtime_rows(root: &Path) -> Result<Vec<strata::tools::bench::RuntimeComparison>, String> {
+    let rt = runtime()?;
+    RUNTIME_GROUPS
+        .iter()
+        .map(|&groups| {
+            rt.block_on(strata::tools::bench::shard_runtime(
+                root,
+                groups,
+                RUNTIME_CLIENTS,
+                RUNTIME_APPENDS,
+            ))
+        })
+        .collect()
+}
+
+/// Raft groups, client tasks and single appends per client of the `runtime` rows.
+const RUNTIME_GROUPS: [usize; 3] = [1, 8, 64];
+const RUNTIME_CLIENTS: usize = 64;
+const RUNTIME_APPENDS: usize = 100;
+
+fn print_runtime(c: &strata::tools::bench::RuntimeComparison) {
+    let ((s50, s99), (m50, m99)) = (
+        percentiles(&c.strata.latencies),
+        percentiles(&c.in_memory.latencies),
+    );
+    say!(
+        "{:>6.3}x  ShardRuntime thread-per-core ({} cores), {} raft group(s), {} clients, single 1 KiB appends: Strata {:.0}/s (p50 {s50:?}, p99 {s99:?}), ursula's in-memory engine {:.0}/s (p50 {m50:?}, p99 {m99:?})",
+        c.ratio(),
+        strata::tools::bench::RUNTIME_CORES,
+        c.groups,
+        c.clients,
+        c.strata.rate(),
+        c.in_memory.rate()
+    );
 }
 
 /// What the `scale` rows of `strata bench` measured.

@@ -328,12 +328,14 @@ pub fn best_read<E: From<String>>(
 mod baseline;
 mod open;
 mod scale;
+mod shard_runtime;
 
 pub use open::{open_times, OpenTimes, OPEN_PASSES};
 pub use scale::{
     concurrent_groups, group_scale, partition_scale, ConcurrentGroups, Footprint, GroupScale,
     PartitionScale,
 };
+pub use shard_runtime::{shard_runtime, RuntimeComparison, RuntimeRun, RUNTIME_CORES};
 
 #[cfg(feature = "rocksdb")]
 pub use baseline::{compare, rocksdb_append, rocksdb_read_all, rocksdb_seal};
