@@ -23,13 +23,14 @@ mod fault;
 mod image;
 mod interleave;
 mod no_sync;
+mod open_files;
 mod prefault;
 mod real;
 mod sync_gate;
 mod tree;
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -41,6 +42,7 @@ pub use fault::{FaultFs, FaultPlan, OpKind, OpKinds};
 pub use image::{CrashMode, ImageReport};
 pub use interleave::{HoldReport, ThreadHold, QUIET};
 pub use no_sync::NoSyncFs;
+pub use open_files::{BoundedFs, DEFAULT_MAX_OPEN_FILES, MAX_MAX_OPEN_FILES, MIN_MAX_OPEN_FILES};
 pub use prefault::{prefault_later, read_ahead_later};
 pub use real::{prefetch, prefetch_at, RealFs, RealMap, RANDOM_HEAD};
 pub use sync_gate::{GateState, SyncGate};
@@ -307,4 +309,35 @@ pub fn create_dir_durable(fs: &dyn FileSystem, dir: &Path) -> StoreResult<()> {
         _ => {}
     }
     sync_parent(fs, dir)
+}
+
+/// Creates the missing directories of `dirs`, all children of the existing, durable directory
+/// `parent`, with one sync of `parent` for all of them (also when one already exists but is
+/// empty, as [`create_dir_durable`] does for one).
+pub fn create_dirs_durable(
+    fs: &dyn FileSystem,
+    parent: &Path,
+    dirs: &[PathBuf],
+) -> StoreResult<()> {
+    let mut sync = false;
+    for dir in dirs {
+        debug_assert_eq!(
+            dir.parent(),
+            Some(parent),
+            "{} is not a child",
+            dir.display()
+        );
+        if fs.kind(dir).at(dir)? == Some(EntryKind::Dir) {
+            sync |= fs.read_dir(dir).at(dir)?.is_empty();
+            continue;
+        }
+        match fs.create_dir(dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e).at(dir),
+            _ => sync = true,
+        }
+    }
+    if sync {
+        sync_dir(fs, parent)?;
+    }
+    Ok(())
 }

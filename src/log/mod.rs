@@ -55,7 +55,7 @@ pub use request::{Items, OffsetRange};
 pub use retention::RetentionReport;
 
 use crate::error::{StoreError, StoreResult};
-use crate::fs::{create_dir_durable, Fs};
+use crate::fs::{create_dir_durable, create_dirs_durable, Fs};
 use crate::segment::{NewRecord, PinCounter, RecordRef};
 pub(crate) use inner::LogInner;
 use journal::{Journal, JournalFile};
@@ -144,9 +144,14 @@ impl Log {
         let journal_dir = dir.join("journal");
         let scan = JournalScan::read(&*fs, &journal_dir, options.recovery)?;
         let confirm = (!scan.is_empty()).then_some(&scan);
-        for id in 0..partitions {
+        // Every partition's directory, with one sync of the log's for all of them.
+        create_dir_durable(&*fs, &dir)?;
+        let partition_dirs: Vec<PathBuf> =
+            (0..partitions).map(|id| dir.join(id.to_string())).collect();
+        create_dirs_durable(&*fs, &dir, &partition_dirs)?;
+        for (id, partition_dir) in (0..partitions).zip(partition_dirs) {
             let pins = Arc::new(PinCounter::default());
-            let place = (dir.join(id.to_string()), id);
+            let place = (partition_dir, id);
             let recovered = (clean.found, confirm);
             let (partition, report) = Partition::open(&fs, place, &options, &pins, recovered)?;
             shared.push(Arc::new(partition));

@@ -9,7 +9,7 @@ use super::append::PartitionWriter;
 use super::journal_scan::JournalScan;
 use super::options::LogOptions;
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{create_dir_durable, remove_if_present, sync_dir, write_file, EntryKind, Fs};
+use crate::fs::{remove_if_present, sync_dir, write_file, EntryKind, Fs};
 use crate::segment::recovery::{open_last, open_sealed};
 use crate::segment::writer::parse_file_name;
 use crate::segment::{
@@ -114,8 +114,9 @@ fn check_order(base: i64, previous_last: i64, path: &Path) -> StoreResult<()> {
 }
 
 impl Partition {
-    /// Opens (or creates) partition `id` in `dir`, recovering its segments; the journal a
-    /// journaled log left, if any, confirms the last segment's unsynced tail.
+    /// Opens (or creates) partition `id` in the existing, durable directory `dir`, recovering
+    /// its segments; the journal a journaled log left, if any, confirms the last segment's
+    /// unsynced tail.
     pub fn open(
         fs: &Fs,
         (dir, id): (PathBuf, u32),
@@ -123,7 +124,6 @@ impl Partition {
         pins: &Arc<PinCounter>,
         (clean, journal): (bool, Option<&JournalScan>),
     ) -> StoreResult<(Self, PartitionRecovery)> {
-        create_dir_durable(&**fs, &dir)?;
         let mut bases = list_segments(&**fs, &dir)?;
         let interval = options.index_interval_bytes;
         let mut report = PartitionRecovery {

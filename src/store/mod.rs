@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{IoContext, StoreError, StoreResult};
-use crate::fs::{create_dir_durable, EntryKind, FileSystem, Fs, RealFs};
+use crate::fs::{create_dir_durable, BoundedFs, EntryKind, FileSystem, Fs, RealFs};
 use crate::log::{Log, LogOptions, LogOwner, LogSetup};
 pub use lock::DirLock;
 use manifest::{new_store_id, validate_log_name, LogEntry, Manifest};
@@ -28,6 +28,13 @@ pub struct StoreOptions {
     /// partition count its opener gives, when it is opened). Default `false`: such a directory
     /// is refused, since opening it as a new store would hide its logs.
     pub rebuild_manifest: bool,
+    /// File descriptors the store keeps open at most ([`crate::fs::BoundedFs`]): past it, the
+    /// files least recently used close their descriptor and open it again at their next
+    /// operation (a partition's active segment, a journal). The bound is soft (a file in the
+    /// middle of an operation, and the store's lock, stay open). Default 256
+    /// ([`crate::fs::DEFAULT_MAX_OPEN_FILES`]); valid 4 to 1,048,576. RocksDB's own files (the
+    /// group state database) are not counted.
+    pub max_open_files: usize,
 }
 
 impl Default for StoreOptions {
@@ -35,6 +42,7 @@ impl Default for StoreOptions {
         Self {
             fs: RealFs::shared(),
             rebuild_manifest: false,
+            max_open_files: crate::fs::DEFAULT_MAX_OPEN_FILES,
         }
     }
 }
@@ -43,6 +51,12 @@ impl StoreOptions {
     /// These options with file system `fs`.
     pub fn with_fs(mut self, fs: Fs) -> Self {
         self.fs = fs;
+        self
+    }
+
+    /// These options with [`StoreOptions::max_open_files`] set to `max`.
+    pub fn with_max_open_files(mut self, max: usize) -> Self {
+        self.max_open_files = max;
         self
     }
 
@@ -107,7 +121,14 @@ impl Store {
     /// Opens the store at `root` with `options`.
     pub fn open_with(root: impl AsRef<Path>, options: StoreOptions) -> StoreResult<Self> {
         let root = root.as_ref().to_path_buf();
-        let fs = options.fs;
+        let bound = crate::fs::MIN_MAX_OPEN_FILES..=crate::fs::MAX_MAX_OPEN_FILES;
+        if !bound.contains(&options.max_open_files) {
+            return Err(StoreError::Invalid(format!(
+                "max_open_files {} is outside {bound:?}",
+                options.max_open_files
+            )));
+        }
+        let fs: Fs = Arc::new(BoundedFs::new(options.fs, options.max_open_files));
         create_dir_durable(&*fs, &root.join("logs"))?;
         let lock = DirLock::acquire(&*fs, &root)?;
         let manifest = match Manifest::load(&*fs, &root)? {

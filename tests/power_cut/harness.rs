@@ -32,6 +32,21 @@ pub fn scratch() -> tempfile::TempDir {
     }
 }
 
+thread_local! {
+    /// The bound on open files of the stores this thread's workloads open.
+    static OPEN_FILES_BOUND: std::cell::Cell<usize> =
+        const { std::cell::Cell::new(strata::fs::DEFAULT_MAX_OPEN_FILES) };
+}
+
+/// Runs `f` with the stores its workloads open (on this thread) bounded to `bound` open files,
+/// so that their files close and open again as they go.
+pub fn with_open_files_bound<T>(bound: usize, f: impl FnOnce() -> T) -> T {
+    let before = OPEN_FILES_BOUND.with(|b| b.replace(bound));
+    let out = f();
+    OPEN_FILES_BOUND.with(|b| b.set(before));
+    out
+}
+
 impl Disk {
     /// A fresh, empty disk.
     pub fn new() -> Self {
@@ -59,9 +74,12 @@ impl Disk {
         }
     }
 
-    /// The store options that put this disk's layer under a store.
+    /// The store options that put this disk's layer under a store, with this thread's bound on
+    /// open files ([`with_open_files_bound`]).
     pub fn options(&self) -> strata::StoreOptions {
-        strata::StoreOptions::default().with_fs(self.fs.shared())
+        strata::StoreOptions::default()
+            .with_fs(self.fs.shared())
+            .with_max_open_files(OPEN_FILES_BOUND.with(std::cell::Cell::get))
     }
 
     /// True once the power is off.
