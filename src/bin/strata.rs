@@ -905,6 +905,16 @@ fn bench(
         ))?;
         Ok((log, group, Some(flush)))
     });
+    let seams = if wanted("seam") {
+        runtime().and_then(|rt| {
+            rt.block_on(strata::tools::bench::seam_rows(
+                &scratch.join("seams"),
+                records,
+            ))
+        })
+    } else {
+        Ok(Vec::new())
+    };
     let opens = if wanted("open") {
         strata::tools::bench::open_times(&scratch.join("open")).map(Some)
     } else {
@@ -927,7 +937,8 @@ fn bench(
         );
     }
     let (log, group, flush) = results?;
-    print_comparisons(log.iter().chain(&group));
+    let seams = seams?;
+    print_comparisons(log.iter().chain(&group).chain(&seams));
     if let Some(flush) = flush {
         say!(
             "{:>7}  {:<46} {:>8} objs {:>8.1} MB/s ({} bytes in {:?}; no RocksDB counterpart)",

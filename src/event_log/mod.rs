@@ -205,11 +205,11 @@ impl MetadataEventLog for DiskEventLog {
         }
         let mut next = start;
         while next < end {
-            let page = page::read_page(&self.log, p, (next, end), RANGE_PAGE_BYTES).await;
-            for record in page.records {
+            let mut page = page::read_page(&self.log, p, (next, end), RANGE_PAGE_BYTES).await;
+            for record in page.drain() {
                 visit(record)?;
             }
-            if let Some(e) = page.failure {
+            if let Some(e) = page.failure.take() {
                 return Err(e);
             }
             if page.next <= next {

@@ -14,15 +14,33 @@ use crate::segment::{Record, RecordRef};
 /// Bytes a record costs a page beyond its key and payload (its fields).
 const RECORD_OVERHEAD: usize = 32;
 
-/// Records of one partition from an offset on, and where the next page starts.
+/// Records of one partition from an offset on, and where the next page starts. The records are
+/// the log's own (zero-copy), turned into the seam's form as they are taken ([`Self::drain`]).
 #[derive(Debug, Default)]
 pub(crate) struct EventPage {
+    /// The partition, as the seam numbers it.
+    partition: i32,
     /// The records, in offset order.
-    pub records: Vec<MetadataEventRecord>,
+    records: Vec<Record>,
     /// Where the next page starts (past compacted gaps the page stepped over).
     pub next: i64,
     /// The error that ended the page early (after `records`), if any.
     pub failure: Option<MetadataLogError>,
+}
+
+impl EventPage {
+    /// True when the page holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Takes the records, in the seam's form.
+    pub fn drain(&mut self) -> impl Iterator<Item = MetadataEventRecord> + '_ {
+        let partition = self.partition;
+        self.records
+            .drain(..)
+            .map(move |r| owned_event(partition, r))
+    }
 }
 
 /// Why a visit stopped before `until`.
@@ -51,14 +69,13 @@ fn owned_event(partition: i32, record: Record) -> MetadataEventRecord {
     }
 }
 
-/// The seam's copy of a borrowed record of `partition`.
-fn event(partition: i32, r: &RecordRef<'_>) -> MetadataEventRecord {
-    MetadataEventRecord {
-        partition,
+/// A copy of a borrowed record.
+fn copied(r: &RecordRef<'_>) -> Record {
+    Record {
         offset: r.offset,
+        timestamp: r.timestamp,
         key: r.key.map(Bytes::copy_from_slice),
-        payload: r.value.map(Bytes::copy_from_slice).unwrap_or_default(),
-        tombstone: r.is_tombstone(),
+        value: r.value.map(Bytes::copy_from_slice),
     }
 }
 
@@ -73,6 +90,7 @@ pub(crate) async fn read_page(
     let log = log.clone();
     let read = tokio::task::spawn_blocking(move || page(&log, partition, (from, until), max_bytes));
     read.await.unwrap_or_else(|e| EventPage {
+        partition: partition as i32,
         records: Vec::new(),
         next: from,
         failure: Some(MetadataLogError::Other(format!("read task failed: {e}"))),
@@ -84,23 +102,21 @@ fn page(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usize) 
     let seam_partition = partition as i32;
     match log.read(partition, from, max_bytes) {
         Ok(page) => {
-            let records: Vec<MetadataEventRecord> = page
-                .records
-                .into_iter()
-                .take_while(|r| r.offset < until)
-                .map(|r| owned_event(seam_partition, r))
-                .collect();
+            let mut records = page.records;
+            records.truncate(records.partition_point(|r| r.offset < until));
             let next = match records.last() {
                 Some(last) if last.offset + 1 >= until => until,
                 _ => page.next_offset,
             };
             EventPage {
+                partition: seam_partition,
                 records,
                 next,
                 failure: None,
             }
         }
         Err(StoreError::Closed) => EventPage {
+            partition: seam_partition,
             records: Vec::new(),
             next: from,
             failure: Some(MetadataLogError::Closed),
@@ -111,33 +127,26 @@ fn page(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usize) 
 
 /// [`page`] through the borrowing visitor: the records before a failure, then the failure.
 fn salvaged(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usize) -> EventPage {
-    let seam_partition = partition as i32;
     let mut records = Vec::new();
     let mut bytes = 0;
     let visited = log.visit(partition, from, until, &mut |r: RecordRef<'_>| {
         bytes += r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len) + RECORD_OVERHEAD;
-        records.push(event(seam_partition, &r));
+        records.push(copied(&r));
         if bytes >= max_bytes {
             return Err(Stop::Full);
         }
         Ok(())
     });
     let after_last = records.last().map_or(from, |r| r.offset + 1);
-    match visited {
-        Ok(next) => EventPage {
-            records,
-            next,
-            failure: None,
-        },
-        Err(Stop::Full) => EventPage {
-            records,
-            next: after_last,
-            failure: None,
-        },
-        Err(Stop::Failed(e)) => EventPage {
-            records,
-            next: after_last,
-            failure: Some(e.into()),
-        },
+    let (next, failure) = match visited {
+        Ok(next) => (next, None),
+        Err(Stop::Full) => (after_last, None),
+        Err(Stop::Failed(e)) => (after_last, Some(e.into())),
+    };
+    EventPage {
+        partition: partition as i32,
+        records,
+        next,
+        failure,
     }
 }

@@ -11,7 +11,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use futures::{stream, Stream, StreamExt};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
 use tokio::sync::watch;
 
 use super::page::read_page;
@@ -111,19 +115,26 @@ pub(crate) fn subscribe(
     log: &Log,
     assignment: Vec<PartitionStart>,
 ) -> (MetadataEventStream, Arc<dyn AssignmentHandle>) {
-    let (checked, handle) = subscribe_checked(log, assignment);
-    let name = log.name().to_string();
-    let records = checked.scan((), move |_, item| {
-        let next = match item {
-            Ok(record) => Some(record),
-            Err(e) => {
-                tracing::error!(log = %name, error = %e, "a subscription ended on a read error");
-                None
-            }
-        };
-        std::future::ready(next)
-    });
-    (Box::pin(records), handle)
+    let (records, handle) = open(log, assignment);
+    let records = Records {
+        logged: Some(log.name().to_string()),
+        ..records
+    };
+    (Box::pin(Logged(records)), handle)
+}
+
+/// The seam's form of [`Records`] whose errors are logged: its records.
+struct Logged(Records);
+
+impl Stream for Logged {
+    type Item = MetadataEventRecord;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // `Records` with `logged` set ends instead of yielding an error.
+        Pin::new(&mut self.0)
+            .poll_next(cx)
+            .map(|item| item.and_then(Result::ok))
+    }
 }
 
 /// Creates a subscription over `log` starting at `assignment` whose stream ends with the error
@@ -132,6 +143,12 @@ pub(crate) fn subscribe_checked(
     log: &Log,
     assignment: Vec<PartitionStart>,
 ) -> (CheckedEventStream, Arc<dyn AssignmentHandle>) {
+    let (records, handle) = open(log, assignment);
+    (Box::pin(records), handle)
+}
+
+/// A subscription's stream and its handle.
+fn open(log: &Log, assignment: Vec<PartitionStart>) -> (Records, Arc<dyn AssignmentHandle>) {
     let (changed, assignment_rx) = watch::channel(0u64);
     let commits = log.commits();
     let sub = Arc::new(Subscription {
@@ -151,15 +168,73 @@ pub(crate) fn subscribe_checked(
         last_partition: -1,
         id: SUBSCRIPTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     };
-    // `None` once the stream delivered its error.
-    let stream = stream::unfold(Some(state), |st| async move {
-        let mut st = st?;
-        match next_record(&mut st).await? {
-            Ok(record) => Some((Ok(record), Some(st))),
-            Err(e) => Some((Err(e), None)),
+    let records = Records {
+        state: Some(state),
+        waiting: None,
+        logged: None,
+    };
+    (records, sub)
+}
+
+/// What a wait for the next record gives back: the state, and the record, the error that ends
+/// the stream, or `None` once the log is closed.
+type Waited = (
+    StreamState,
+    Option<Result<MetadataEventRecord, MetadataLogError>>,
+);
+
+/// The stream of a subscription: a buffered record is handed out at once; otherwise the state
+/// moves into a future that refills the buffer or waits for new commits, and comes back with
+/// the next record. Ends after the error of a failed read (delivered, or, with `logged`, logged
+/// under that log's name instead).
+struct Records {
+    /// `None` while `waiting` holds it, and once the stream has ended.
+    state: Option<StreamState>,
+    waiting: Option<std::pin::Pin<Box<dyn Future<Output = Waited> + Send>>>,
+    logged: Option<String>,
+}
+
+impl Stream for Records {
+    type Item = Result<MetadataEventRecord, MetadataLogError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if let Some(st) = this.state.as_mut() {
+            if !st.sub.log.is_closed() {
+                if let Some(record) = take_buffered(st) {
+                    return Poll::Ready(Some(Ok(record)));
+                }
+            }
         }
-    });
-    (Box::pin(stream), sub)
+        if this.waiting.is_none() {
+            let Some(mut st) = this.state.take() else {
+                return Poll::Ready(None);
+            };
+            this.waiting = Some(Box::pin(async move {
+                let next = next_record(&mut st).await;
+                (st, next)
+            }));
+        }
+        let Some(waiting) = this.waiting.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let (st, next) = std::task::ready!(waiting.as_mut().poll(cx));
+        this.waiting = None;
+        match next {
+            Some(Ok(record)) => {
+                this.state = Some(st);
+                Poll::Ready(Some(Ok(record)))
+            }
+            Some(Err(e)) => match &this.logged {
+                Some(log) => {
+                    tracing::error!(log = %log, error = %e, "a subscription ended on a read error");
+                    Poll::Ready(None)
+                }
+                None => Poll::Ready(Some(Err(e))),
+            },
+            None => Poll::Ready(None),
+        }
+    }
 }
 
 /// Takes the next buffered record that is still wanted by the assignment.
@@ -191,7 +266,7 @@ async fn refill(st: &mut StreamState) -> Result<bool, MetadataLogError> {
         if cursor.next >= high {
             continue;
         }
-        let page = read_page(
+        let mut page = read_page(
             &st.sub.log,
             partition as u32,
             (cursor.next, high),
@@ -199,10 +274,10 @@ async fn refill(st: &mut StreamState) -> Result<bool, MetadataLogError> {
         )
         .await;
         st.last_partition = partition;
-        if let Some(e) = page.failure {
+        if let Some(e) = page.failure.take() {
             st.failure = Some((partition, cursor.generation, e));
         }
-        if page.records.is_empty() {
+        if page.is_empty() {
             // A compacted gap or retention moved past the cursor: step over it.
             let mut state = st.sub.lock();
             if let Some(c) = state.cursors.get_mut(&partition) {
@@ -213,8 +288,7 @@ async fn refill(st: &mut StreamState) -> Result<bool, MetadataLogError> {
             return Ok(true);
         }
         let generation = cursor.generation;
-        st.buffer
-            .extend(page.records.into_iter().map(|r| (generation, r)));
+        st.buffer.extend(page.drain().map(|r| (generation, r)));
         return Ok(true);
     }
     Ok(false)

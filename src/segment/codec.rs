@@ -354,6 +354,18 @@ pub fn decode_checked_shared(
     buf: &Bytes,
     header: &BatchHeader,
 ) -> Result<Vec<Record>, DecodeError> {
+    let mut records = Vec::with_capacity(header.record_count as usize);
+    decode_checked_shared_into(buf, header, (i64::MIN, i64::MAX), &mut records)?;
+    Ok(records)
+}
+
+/// [`decode_checked_shared`] of the records with offsets in `[from, until)`, pushed onto `out`.
+pub fn decode_checked_shared_into(
+    buf: &Bytes,
+    header: &BatchHeader,
+    (from, until): (i64, i64),
+    out: &mut Vec<Record>,
+) -> Result<(), DecodeError> {
     let end = header.len();
     if buf.len() < end {
         return Err(DecodeError::Truncated {
@@ -366,7 +378,17 @@ pub fn decode_checked_shared(
         0 => buf.slice(start..end),
         _ => decompress(&buf[start..end], header.records_len as usize)?,
     };
-    decode_records(header, records)
+    out.reserve(header.record_count as usize);
+    parse_records(header, &records, |r| {
+        if r.offset >= from && r.offset < until {
+            out.push(Record {
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key.map(|k| records.slice(k)),
+                value: r.value.map(|v| records.slice(v)),
+            });
+        }
+    })
 }
 
 fn decompress(stored: &[u8], expected: usize) -> Result<Bytes, DecodeError> {

@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 
 use super::codec::{
-    check_crc, check_fields, check_frame, decode_checked_shared, header_fields, visit_checked,
+    check_crc, check_fields, check_frame, decode_checked_shared_into, header_fields, visit_checked,
     BatchHeader,
 };
 use super::index::SegmentIndex;
@@ -146,13 +146,8 @@ impl Data<'_> {
         let (from, until) = range;
         self.walk(start, range, |pos, header| {
             let batch = self.bytes.slice(pos as usize..pos as usize + header.len());
-            let records = decode_checked_shared(&batch, header)
+            decode_checked_shared_into(&batch, header, (from, until), out)
                 .map_err(|e| StoreError::corrupt(self.file, pos, e))?;
-            out.extend(
-                records
-                    .into_iter()
-                    .filter(|r| r.offset >= from && r.offset < until),
-            );
             *budget = budget.saturating_sub(header.len());
             Ok(*budget > 0)
         })

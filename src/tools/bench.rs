@@ -328,6 +328,8 @@ pub fn best_read<E: From<String>>(
 mod baseline;
 mod open;
 mod scale;
+#[cfg(feature = "rocksdb")]
+mod seams;
 mod shard_runtime;
 
 pub use open::{open_times, OpenTimes, OPEN_PASSES};
@@ -339,6 +341,8 @@ pub use shard_runtime::{shard_runtime, RuntimeComparison, RuntimeRun, RUNTIME_CO
 
 #[cfg(feature = "rocksdb")]
 pub use baseline::{compare, rocksdb_append, rocksdb_read_all, rocksdb_seal};
+#[cfg(feature = "rocksdb")]
+pub use seams::seam_rows;
 
 #[cfg(test)]
 mod tests {
