@@ -1458,18 +1458,7 @@ fn group_commands_on_a_current_thread_runtime_never_hold_up_its_other_tasks() {
     fs.set_sync_delay(Duration::from_millis(40));
     let (longest, engines) = rt.block_on(async {
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ticker = {
-            let done = done.clone();
-            tokio::spawn(async move {
-                let (mut last, mut longest) = (std::time::Instant::now(), Duration::ZERO);
-                while !done.load(std::sync::atomic::Ordering::Acquire) {
-                    tokio::task::yield_now().await;
-                    longest = longest.max(last.elapsed());
-                    last = std::time::Instant::now();
-                }
-                longest
-            })
-        };
+        let ticker = common::spawn_ticker(done.clone());
         let tasks: Vec<_> = engines
             .into_iter()
             .map(|mut engine| {

@@ -1155,18 +1155,7 @@ fn an_async_append_on_a_current_thread_runtime_never_holds_up_its_other_tasks() 
         .unwrap();
     let (longest, appended) = rt.block_on(async {
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ticker = {
-            let done = done.clone();
-            tokio::spawn(async move {
-                let (mut last, mut longest) = (std::time::Instant::now(), Duration::ZERO);
-                while !done.load(std::sync::atomic::Ordering::Acquire) {
-                    tokio::task::yield_now().await;
-                    longest = longest.max(last.elapsed());
-                    last = std::time::Instant::now();
-                }
-                longest
-            })
-        };
+        let ticker = common::spawn_ticker(done.clone());
         let mut appended = Vec::new();
         for i in 0..5u8 {
             // The ticker runs at least here, so a gap shows whatever an append held.

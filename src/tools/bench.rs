@@ -191,6 +191,24 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// The row of two timed runs of `operations` operations moving `bytes` value bytes each.
+    pub fn of_runs(
+        name: String,
+        (operations, bytes): (usize, u64),
+        strata: &AppendRun,
+        rocksdb: &AppendRun,
+    ) -> Self {
+        Self {
+            name,
+            operations,
+            bytes,
+            strata: strata.elapsed,
+            rocksdb: rocksdb.elapsed,
+            latency: Some((strata.latency, rocksdb.latency)),
+            cpu: Some((strata.cpu, rocksdb.cpu)),
+        }
+    }
+
     /// RocksDB time over Strata time: above 1 means Strata was faster.
     pub fn speedup(&self) -> f64 {
         self.rocksdb.as_secs_f64() / self.strata.as_secs_f64().max(1e-9)

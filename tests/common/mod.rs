@@ -95,3 +95,20 @@ pub fn traced<T>(f: impl FnOnce() -> T) -> (T, String) {
     let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
     (out, text)
 }
+
+/// Spawns a task on the current runtime that yields in a loop until `done` is set, and answers
+/// the longest time between two of its turns: the longest any other task held the executor.
+#[allow(dead_code)]
+pub fn spawn_ticker(
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Duration> {
+    tokio::spawn(async move {
+        let (mut last, mut longest) = (std::time::Instant::now(), Duration::ZERO);
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            tokio::task::yield_now().await;
+            longest = longest.max(last.elapsed());
+            last = std::time::Instant::now();
+        }
+        longest
+    })
+}

@@ -56,15 +56,8 @@ pub fn rocksdb_seal(db: &rocksdb::DB) -> Result<(), String> {
 }
 
 fn append_row(w: &AppendWorkload, strata: &AppendRun, rocks: &AppendRun) -> Comparison {
-    Comparison {
-        name: format!("append {}", w.label()),
-        operations: w.total(),
-        bytes: (w.total() * w.value_size) as u64,
-        strata: strata.elapsed,
-        rocksdb: rocks.elapsed,
-        latency: Some((strata.latency, rocks.latency)),
-        cpu: Some((strata.cpu, rocks.cpu)),
-    }
+    let size = (w.total(), (w.total() * w.value_size) as u64);
+    Comparison::of_runs(format!("append {}", w.label()), size, strata, rocks)
 }
 
 fn read_row(w: &AppendWorkload, what: &str, strata: Duration, rocks: Duration) -> Comparison {

@@ -81,18 +81,12 @@ async fn publish_row(
     let strata = publish(&events, w).await?;
     let (db, rocks) = rocksdb_append(&dir.join("rocksdb"), w)?;
     let mode = if w.sync { "Sync" } else { "buffered" };
-    let row = Comparison {
-        name: format!(
-            "seam publish {} B x {} tasks, {mode}",
-            w.value_size, w.writers
-        ),
-        operations: w.total(),
-        bytes: (w.total() * w.value_size) as u64,
-        strata: strata.elapsed,
-        rocksdb: rocks.elapsed,
-        latency: Some((strata.latency, rocks.latency)),
-        cpu: Some((strata.cpu, rocks.cpu)),
-    };
+    let name = format!(
+        "seam publish {} B x {} tasks, {mode}",
+        w.value_size, w.writers
+    );
+    let size = (w.total(), (w.total() * w.value_size) as u64);
+    let row = Comparison::of_runs(name, size, &strata, &rocks);
     Ok((events, row, db))
 }
 
@@ -211,17 +205,14 @@ async fn positions_row(dir: &Path, commands: usize) -> Result<Comparison, String
     }
     let strata = strata.finish();
     let rocks = RocksCoordination::open(&dir.join("rocksdb"))?;
-    let mut rocksdb = Timed::start();
-    for i in 0..commands {
-        let at = Instant::now();
-        rocks.put("positions/events/bench/0", &(i as i64 + 1).to_be_bytes())?;
-        rocksdb.sample(at);
-    }
+    let rocksdb = Timed::each(commands, |i| {
+        rocks.put("positions/events/bench/0", &(i as i64 + 1).to_be_bytes())
+    })?;
     Ok(command_row(
         "seam consumer position commit",
         commands,
         strata,
-        rocksdb.finish(),
+        rocksdb,
     ))
 }
 
@@ -249,31 +240,16 @@ async fn lease_row(dir: &Path, commands: usize) -> Result<Comparison, String> {
     }
     let strata = strata.finish();
     let rocks = RocksCoordination::open(&dir.join("rocksdb"))?;
-    let mut rocksdb = Timed::start();
-    for _ in 0..commands {
-        let at = Instant::now();
+    let rocksdb = Timed::each(commands, |_| {
         let token = rocks.acquire("controller")?;
-        rocks.write_lease("controller", token, b"node-1 lease bytes")?;
-        rocksdb.sample(at);
-    }
-    Ok(command_row(
-        "seam lease: acquire_epoch + write_lease",
-        commands,
-        strata,
-        rocksdb.finish(),
-    ))
+        rocks.write_lease("controller", token, b"node-1 lease bytes")
+    })?;
+    let name = "seam lease: acquire_epoch + write_lease";
+    Ok(command_row(name, commands, strata, rocksdb))
 }
 
 fn command_row(name: &str, commands: usize, strata: AppendRun, rocksdb: AppendRun) -> Comparison {
-    Comparison {
-        name: name.to_string(),
-        operations: commands,
-        bytes: 0,
-        strata: strata.elapsed,
-        rocksdb: rocksdb.elapsed,
-        latency: Some((strata.latency, rocksdb.latency)),
-        cpu: Some((strata.cpu, rocksdb.cpu)),
-    }
+    Comparison::of_runs(name.to_string(), (commands, 0), &strata, &rocksdb)
 }
 
 /// Wall time, CPU and the latency of each sampled command of a run.
@@ -290,6 +266,20 @@ impl Timed {
             cpu: process_cpu(),
             samples: Vec::new(),
         }
+    }
+
+    /// Times `op(i)` for each `i` of `0..n`, one after another.
+    fn each(
+        n: usize,
+        mut op: impl FnMut(usize) -> Result<(), String>,
+    ) -> Result<AppendRun, String> {
+        let mut timed = Self::start();
+        for i in 0..n {
+            let at = Instant::now();
+            op(i)?;
+            timed.sample(at);
+        }
+        Ok(timed.finish())
     }
 
     fn sample(&mut self, at: Instant) {
