@@ -190,7 +190,7 @@ type Waited = (
 struct Records {
     /// `None` while `waiting` holds it, and once the stream has ended.
     state: Option<StreamState>,
-    waiting: Option<std::pin::Pin<Box<dyn Future<Output = Waited> + Send>>>,
+    waiting: Option<Pin<Box<dyn Future<Output = Waited> + Send>>>,
     logged: Option<String>,
 }
 
@@ -206,17 +206,17 @@ impl Stream for Records {
                 }
             }
         }
-        if this.waiting.is_none() {
-            let Some(mut st) = this.state.take() else {
-                return Poll::Ready(None);
-            };
-            this.waiting = Some(Box::pin(async move {
-                let next = next_record(&mut st).await;
-                (st, next)
-            }));
-        }
-        let Some(waiting) = this.waiting.as_mut() else {
-            return Poll::Ready(None);
+        let waiting = match &mut this.waiting {
+            Some(waiting) => waiting,
+            None => {
+                let Some(mut st) = this.state.take() else {
+                    return Poll::Ready(None);
+                };
+                this.waiting.insert(Box::pin(async move {
+                    let next = next_record(&mut st).await;
+                    (st, next)
+                }))
+            }
         };
         let (st, next) = std::task::ready!(waiting.as_mut().poll(cx));
         this.waiting = None;

@@ -295,20 +295,33 @@ pub fn remove_if_present(fs: &dyn FileSystem, path: &Path) -> StoreResult<()> {
 /// process stopped before it, and a retry must not take the entry for durable. (A directory
 /// with entries was only filled after its creation returned, so its entry is durable.)
 pub fn create_dir_durable(fs: &dyn FileSystem, dir: &Path) -> StoreResult<()> {
-    if fs.kind(dir).at(dir)? == Some(EntryKind::Dir) {
-        if fs.read_dir(dir).at(dir)?.is_empty() {
-            sync_parent(fs, dir)?;
+    let exists = is_dir(fs, dir)?;
+    if !exists {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            create_dir_durable(fs, parent)?;
         }
-        return Ok(());
     }
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        create_dir_durable(fs, parent)?;
+    if make_dir(fs, dir, exists)? {
+        sync_parent(fs, dir)?;
+    }
+    Ok(())
+}
+
+/// True when `dir` names a directory.
+fn is_dir(fs: &dyn FileSystem, dir: &Path) -> StoreResult<bool> {
+    Ok(fs.kind(dir).at(dir)? == Some(EntryKind::Dir))
+}
+
+/// Creates `dir` (whose parent exists) unless it `exists`; true when its entry in the parent
+/// may not be durable yet: created now, or found empty (its creation's sync may have failed).
+fn make_dir(fs: &dyn FileSystem, dir: &Path, exists: bool) -> StoreResult<bool> {
+    if exists {
+        return Ok(fs.read_dir(dir).at(dir)?.is_empty());
     }
     match fs.create_dir(dir) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e).at(dir),
-        _ => {}
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e).at(dir),
+        _ => Ok(true),
     }
-    sync_parent(fs, dir)
 }
 
 /// Creates the missing directories of `dirs`, all children of the existing, durable directory
@@ -327,14 +340,7 @@ pub fn create_dirs_durable(
             "{} is not a child",
             dir.display()
         );
-        if fs.kind(dir).at(dir)? == Some(EntryKind::Dir) {
-            sync |= fs.read_dir(dir).at(dir)?.is_empty();
-            continue;
-        }
-        match fs.create_dir(dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e).at(dir),
-            _ => sync = true,
-        }
+        sync |= make_dir(fs, dir, is_dir(fs, dir)?)?;
     }
     if sync {
         sync_dir(fs, parent)?;

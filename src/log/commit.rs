@@ -6,10 +6,9 @@
 //! publishes what became durable in every partition, and wakes the others. If appends wrote
 //! frames meanwhile, the same leader syncs again at once (up to [`CHAIN_LIMIT`] rounds, then it
 //! hands the next round to a waiter): a round starts the moment the one before it ends, not a
-//! wake and a trip through the scheduler later (64 writers of 100 B: 116k -> 148k appends/s
-//! here, p50 and p99 lower too). The leader is an appending thread (an async appender of a
-//! multi-thread runtime leads through [`crate::blocking::blocking`], so the executor is not
-//! held). A task of a current-thread runtime never leads: its runtime has one thread, which a
+//! wake and a trip through the scheduler later. The leader is an appending thread (an async
+//! appender of a multi-thread runtime leads through [`crate::blocking::blocking`], so the
+//! executor is not held). A task of a current-thread runtime never leads: its runtime has one thread, which a
 //! round would hold for an `fdatasync`, so it queues and hands the round to the log's job on the
 //! process's commit workers (`strata-commit-N`, [`super::workers`]), which leads as a thread
 //! would; its runtime's other tasks run meanwhile.

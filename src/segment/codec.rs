@@ -346,7 +346,9 @@ pub fn decode_checked(buf: &[u8], header: &BatchHeader) -> Result<Vec<Record>, D
         0 => Bytes::copy_from_slice(stored),
         _ => decompress(stored, header.records_len as usize)?,
     };
-    decode_records(header, records)
+    let mut out = Vec::new();
+    decode_records(header, &records, ALL_OFFSETS, &mut out)?;
+    Ok(out)
 }
 
 /// Like [`decode_checked`], but uncompressed keys and values are zero-copy slices of `buf`.
@@ -354,8 +356,8 @@ pub fn decode_checked_shared(
     buf: &Bytes,
     header: &BatchHeader,
 ) -> Result<Vec<Record>, DecodeError> {
-    let mut records = Vec::with_capacity(header.record_count as usize);
-    decode_checked_shared_into(buf, header, (i64::MIN, i64::MAX), &mut records)?;
+    let mut records = Vec::new();
+    decode_checked_shared_into(buf, header, ALL_OFFSETS, &mut records)?;
     Ok(records)
 }
 
@@ -378,18 +380,11 @@ pub fn decode_checked_shared_into(
         0 => buf.slice(start..end),
         _ => decompress(&buf[start..end], header.records_len as usize)?,
     };
-    out.reserve(header.record_count as usize);
-    parse_records(header, &records, |r| {
-        if r.offset >= from && r.offset < until {
-            out.push(Record {
-                offset: r.offset,
-                timestamp: r.timestamp,
-                key: r.key.map(|k| records.slice(k)),
-                value: r.value.map(|v| records.slice(v)),
-            });
-        }
-    })
+    decode_records(header, &records, (from, until), out)
 }
+
+/// Every offset: the range of a whole batch's decode.
+const ALL_OFFSETS: (i64, i64) = (i64::MIN, i64::MAX);
 
 fn decompress(stored: &[u8], expected: usize) -> Result<Bytes, DecodeError> {
     let mut out = Vec::with_capacity(expected);
@@ -544,17 +539,25 @@ fn parse_records(
     Ok(())
 }
 
-fn decode_records(header: &BatchHeader, section: Bytes) -> Result<Vec<Record>, DecodeError> {
-    let mut records = Vec::with_capacity(header.record_count as usize);
-    parse_records(header, &section, |r| {
-        records.push(Record {
-            offset: r.offset,
-            timestamp: r.timestamp,
-            key: r.key.map(|k| section.slice(k)),
-            value: r.value.map(|v| section.slice(v)),
-        })
-    })?;
-    Ok(records)
+/// Pushes the records of `section` (the records section of the batch `header` describes) with
+/// offsets in `[from, until)` onto `out`, keys and values as slices of `section`.
+fn decode_records(
+    header: &BatchHeader,
+    section: &Bytes,
+    (from, until): (i64, i64),
+    out: &mut Vec<Record>,
+) -> Result<(), DecodeError> {
+    out.reserve(header.record_count as usize);
+    parse_records(header, section, |r| {
+        if r.offset >= from && r.offset < until {
+            out.push(Record {
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key.map(|k| section.slice(k)),
+                value: r.value.map(|v| section.slice(v)),
+            });
+        }
+    })
 }
 
 /// Calls `f` with each record of the batch at the start of `buf`, which [`check_batch`] (or a

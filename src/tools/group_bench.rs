@@ -492,16 +492,8 @@ fn fastest(
 }
 
 /// A comparison of `(operations, bytes)` from both engines' runs, with their latencies.
-fn row(name: String, (operations, bytes): (usize, u64), s: AppendRun, r: AppendRun) -> Comparison {
-    Comparison {
-        name,
-        operations,
-        bytes,
-        strata: s.elapsed,
-        rocksdb: r.elapsed,
-        latency: Some((s.latency, r.latency)),
-        cpu: Some((s.cpu, r.cpu)),
-    }
+fn row(name: String, size: (usize, u64), s: AppendRun, r: AppendRun) -> Comparison {
+    Comparison::of_runs(name, size, &s, &r)
 }
 
 #[cfg(test)]
