@@ -649,6 +649,17 @@ mod group_state {
     }
 
     #[test]
+    fn payload_directory_value_matches_its_golden_bytes_and_the_spec() {
+        use strata::group::payload_host::{decode_directory_value, encode_directory_value};
+        let b = vector("group_directory_value_v1.bin", &encode_directory_value(9));
+        assert_eq!(b.len(), 9);
+        assert_eq!(b[0], 1, "directory version");
+        assert_eq!(u32::from_le_bytes(b[1..5].try_into().unwrap()), 9, "base");
+        assert_eq!(u32::from_le_bytes(b[5..9].try_into().unwrap()), 8, "count");
+        assert_eq!(decode_directory_value(&b), Ok(9));
+    }
+
+    #[test]
     fn cold_object_matches_its_golden_bytes_and_the_spec() {
         let payload = b"strata cold object golden vector, repeated! ".repeat(4);
         let b = vector(

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata::cold::ColdStore;
 use strata::group::{DiskGroupEngine, GroupOptions};
-use strata::Store;
+use strata::{LogOptions, Store};
 use ursula_runtime::{
     AdvanceRetentionRequest, AppendBatchRequest, AppendRequest, BootstrapStreamRequest,
     CloseStreamRequest, ColdWriteAdmission, CreateStreamExternalRequest, CreateStreamRequest,
@@ -1532,4 +1532,141 @@ fn a_group_command_dropped_while_it_awaits_durability_takes_effect_with_the_next
     let store = Store::open(dir.path()).unwrap();
     let mut engine = open_on(&store, dir.path(), "g");
     assert_eq!(rt.block_on(read(&mut engine, &id, 0, 0)).unwrap(), b"abc");
+}
+
+/// Opens group `name` of `store` with the store's local cold directory.
+fn open_group(store: &Store, dir: &Path, name: &str) -> DiskGroupEngine {
+    let cold = ColdStore::local(&dir.join("cold")).expect("cold");
+    DiskGroupEngine::open(store, name, cold, GroupOptions::default()).expect("engine")
+}
+
+/// The store's group payload log, as open in `store`.
+fn shared_group_log(store: &Store) -> strata::Log {
+    let logs = store.logs();
+    let entry = logs
+        .iter()
+        .find(|l| l.name == "__groups")
+        .expect("__groups");
+    store
+        .open_log(
+            "__groups",
+            entry.partitions,
+            GroupOptions::default().payload_log,
+        )
+        .expect("the group payload log")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_share_the_stores_payload_log_and_its_commit_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    const GROUPS: usize = 16;
+    const APPENDS: usize = 20;
+    let id = BucketStreamId::new("tenant", "s");
+    let mut engines = Vec::new();
+    for g in 0..GROUPS {
+        let mut engine = open_group(&store, dir.path(), &format!("g{g}"));
+        engine
+            .create_stream(create(&id, 1), p(), none())
+            .await
+            .unwrap();
+        engines.push(engine);
+    }
+    let log = shared_group_log(&store);
+    assert_eq!(log.partition_count() as usize, 1 + 8 * GROUPS);
+    let rounds_before = log.sync_rounds();
+    let tasks: Vec<_> = engines
+        .into_iter()
+        .enumerate()
+        .map(|(g, mut engine)| {
+            let id = id.clone();
+            tokio::spawn(async move {
+                for i in 0..APPENDS {
+                    let bytes = Bytes::from(format!("{g}:{i};"));
+                    let mut request = AppendRequest::from_bytes(id.clone(), bytes);
+                    request.content_type = CT.into();
+                    engine.append(request, p(), none()).await.unwrap();
+                }
+                engine
+            })
+        })
+        .collect();
+    let mut engines = Vec::new();
+    for task in tasks {
+        engines.push(task.await.unwrap());
+    }
+    let rounds = log.sync_rounds() - rounds_before;
+    let commands = (GROUPS * APPENDS) as u64;
+    println!("{rounds} journal rounds for {commands} commands of {GROUPS} groups");
+    assert!(rounds < commands, "{rounds} rounds for {commands} commands");
+    let logs: Vec<String> = store.logs().into_iter().map(|l| l.name).collect();
+    assert_eq!(logs, ["__groups"], "one payload log for every group");
+    drop((engines, log));
+    store.close_blocking().unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let names = DiskGroupEngine::group_names(&store).unwrap();
+    assert_eq!(names.len(), GROUPS);
+    for g in 0..GROUPS {
+        let mut engine = open_group(&store, dir.path(), &format!("g{g}"));
+        let expected: String = (0..APPENDS).map(|i| format!("{g}:{i};")).collect();
+        assert_eq!(
+            read(&mut engine, &id, 0, 3).await.unwrap(),
+            expected.as_bytes()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_with_a_payload_log_of_its_own_keeps_it_beside_the_shared_one() {
+    use strata::log::LogOwner;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // The layout of an earlier version: the group's own payload log, 8 partitions, owned.
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .open_log_as("__group_old", 8, LogOptions::default(), LogOwner::Layer)
+            .unwrap();
+        store.close_blocking().unwrap();
+    }
+    let id = BucketStreamId::new("tenant", "s");
+    let store = Store::open(dir.path()).unwrap();
+    let mut old = open_group(&store, dir.path(), "old");
+    old.create_stream(create(&id, 1), p(), none())
+        .await
+        .unwrap();
+    old.append(append(&id, b"in its own log", 2, None), p(), none())
+        .await
+        .unwrap();
+    let own = store
+        .open_log("__group_old", 8, LogOptions::default())
+        .unwrap();
+    assert!(
+        own.high_water_mark(0).unwrap() >= 2,
+        "commit records in its own log"
+    );
+    assert!(store.logs().iter().all(|l| l.name != "__groups"));
+    let mut new = open_group(&store, dir.path(), "new");
+    new.create_stream(create(&id, 1), p(), none())
+        .await
+        .unwrap();
+    new.append(append(&id, b"in the shared log", 2, None), p(), none())
+        .await
+        .unwrap();
+    assert_eq!(
+        DiskGroupEngine::group_names(&store).unwrap(),
+        ["new", "old"]
+    );
+    drop((old, new, own));
+    store.close_blocking().unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let mut old = open_group(&store, dir.path(), "old");
+    assert_eq!(read(&mut old, &id, 0, 3).await.unwrap(), b"in its own log");
+    let mut new = open_group(&store, dir.path(), "new");
+    assert_eq!(
+        read(&mut new, &id, 0, 3).await.unwrap(),
+        b"in the shared log"
+    );
+    assert_eq!(shared_group_log(&store).partition_count(), 1 + 8);
 }

@@ -77,9 +77,10 @@ async fn the_shard_runtime_drives_durable_groups() {
         metrics.wal_batches,
         metrics.wal_sync_ns
     );
-    // One group engine per touched raft group, all of them in the store's one state database.
-    let on_disk: HashSet<u32> = store
-        .group_names()
+    // One group engine per touched raft group, all of them in the store's one state database
+    // and the store's one group payload log.
+    let on_disk: HashSet<u32> = strata::group::DiskGroupEngine::group_names(&store)
+        .expect("group names")
         .iter()
         .filter_map(|name| name.strip_prefix("group-").and_then(|n| n.parse().ok()))
         .collect();
@@ -88,6 +89,8 @@ async fn the_shard_runtime_drives_durable_groups() {
         !dir.path().join("groups").exists(),
         "no database of a group's own"
     );
+    let logs: Vec<String> = store.logs().into_iter().map(|l| l.name).collect();
+    assert_eq!(logs, ["__groups"], "no payload log of a group's own");
 }
 
 async fn read_all(runtime: &ShardRuntime, id: &BucketStreamId) -> Vec<u8> {

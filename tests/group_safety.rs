@@ -65,6 +65,13 @@ fn raw_db(dir: &Path) -> rocksdb::DB {
     group_state::open_all(&group_state::per_group_dir(dir, "safe"))
 }
 
+/// Partitions of the store's group payload log, as its MANIFEST records them.
+fn shared_log_partitions(store: &Store) -> u32 {
+    let logs = store.logs();
+    let log = logs.iter().find(|l| l.name == "__groups");
+    log.expect("the store's group payload log").partitions
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_engine_trims_its_payload_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -72,8 +79,9 @@ async fn only_the_engine_trims_its_payload_log() {
     let id = BucketStreamId::new("tenant", "kept");
     create(&mut engine, &id, CT).await;
     append(&mut engine, &id, b"acknowledged".to_vec(), CT).await;
+    let count = shared_log_partitions(&store);
     let log = store
-        .open_log("__group_safe", 8, LogOptions::default())
+        .open_log("__groups", count, LogOptions::default())
         .expect("the log can be opened for reading");
     let refused = log.compact_blocking(strata::now_ms()).unwrap_err();
     assert!(refused.to_string().contains("owned"), "{refused}");
@@ -88,14 +96,15 @@ async fn only_the_engine_trims_its_payload_log() {
             .with_max_bytes(Some(1))
             .with_max_age(None),
     );
-    let refused = store.open_log("__group_safe", 8, trimming).unwrap_err();
+    let count = shared_log_partitions(&store);
+    let refused = store.open_log("__groups", count, trimming).unwrap_err();
     assert!(refused.to_string().contains("owned"), "{refused}");
     drop(store);
     // The command line says so too, and changes nothing.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(["compact"])
         .arg(dir.path())
-        .arg("__group_safe")
+        .arg("__groups")
         .output()
         .expect("strata runs");
     assert!(!out.status.success());

@@ -387,7 +387,7 @@ fn open_groups(
 ) -> Result<Vec<(String, strata::group::DiskGroupEngine)>, String> {
     use strata::cold::ColdStore;
     use strata::group::{DiskGroupEngine, GroupOptions};
-    let names = store.group_names();
+    let names = DiskGroupEngine::group_names(store).map_err(|e| e.to_string())?;
     if names.is_empty() {
         return Ok(Vec::new());
     }

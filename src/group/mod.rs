@@ -68,7 +68,7 @@ mod worker;
 pub use cold_tier::cold_paths;
 use cold_tier::{cold_worker, gc_failures};
 use persist::replay::replay;
-pub use persist::{commit_record, keys, rows, state_db, stream_row};
+pub use persist::{commit_record, keys, payload_host, rows, state_db, stream_row};
 use persist::{db, payload};
 use state::{integrity, streams};
 
@@ -184,7 +184,8 @@ impl GroupOptions {
 }
 
 /// A durable group engine: one group's state under its prefix in the store's RocksDB
-/// (`<root>/group_state`), its payloads in the log `__group_<name>`, its cold objects in a
+/// (`<root>/group_state`), its payloads in its range of the store's group payload log
+/// (`__groups`; `__group_<name>` for a group of an earlier version), its cold objects in a
 /// [`ColdStore`].
 pub struct DiskGroupEngine {
     name: String,
@@ -247,11 +248,7 @@ impl DiskGroupEngine {
             )));
         }
         options.validate().map_err(GroupError::Invalid)?;
-        let payloads = PayloadLog::open(
-            store,
-            &format!("__group_{name}"),
-            options.payload_log.clone(),
-        )?;
+        let payloads = PayloadLog::open(store, name, options.payload_log.clone())?;
         let db = Self::open_state(store, name, &payloads)?;
         replay(&db, &payloads)?;
         let state = db.load()?;
@@ -322,6 +319,21 @@ impl DiskGroupEngine {
             )));
         }
         Ok(db)
+    }
+
+    /// The names of the store's groups, in order: those in the store's group payload log's
+    /// directory and those with a log of their own (created by earlier versions). Opens the
+    /// group payload log (with the default options) if no group has yet.
+    pub fn group_names(store: &Store) -> Result<Vec<String>, GroupError> {
+        let mut names = store.own_log_group_names();
+        let shared = crate::store::manifest::SHARED_GROUP_LOG;
+        if store.logs().iter().any(|l| l.name == shared) {
+            let options = GroupOptions::default().payload_log;
+            names.extend(payload_host::PayloadHost::of_store(store, &options)?.names());
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
     }
 
     /// Directory of the store's RocksDB, which holds the state of every group.

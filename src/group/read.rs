@@ -270,9 +270,7 @@ impl DiskGroupEngine {
             cursor = start + hi as u64;
             Ok(())
         };
-        self.payloads
-            .log()
-            .visit(row.partition, low, high, &mut visit)?;
+        self.payloads.visit(row.partition, low, high, &mut visit)?;
         if let Some((_, message)) = wanted.next() {
             return Err(GroupError::Corrupt(format!(
                 "payload record {} of partition {} (stream '{id}') is missing",

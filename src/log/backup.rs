@@ -40,7 +40,7 @@ impl Log {
     ) -> StoreResult<CopyReport> {
         create_dir_durable(fs, dest)?;
         let mut report = CopyReport::default();
-        for partition in &self.inner.partitions {
+        for partition in self.inner.partitions.iter() {
             let dir = dest.join(partition.id.to_string());
             create_dir_durable(fs, &dir)?;
             let view = partition.view();

@@ -27,7 +27,7 @@ pub(crate) struct LogInner {
     pub options: LogOptions,
     /// True when only the owning layer may remove records.
     pub owned: bool,
-    pub partitions: Vec<Arc<Partition>>,
+    pub partitions: super::partition_table::PartitionTable,
     /// The journal of a `Durability::Sync` log.
     pub journal: Option<Mutex<Journal>>,
     /// Signalled when a preparation of journal space ends.
@@ -70,7 +70,7 @@ impl LogInner {
             .map(|j| j.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn partitions_fs(&self) -> crate::fs::Fs {
+    pub fn partitions_fs(&self) -> crate::fs::Fs {
         self.partitions[0].fs.clone()
     }
 
@@ -287,7 +287,7 @@ impl LogInner {
     /// Makes readable what the journal made durable up to `lsn`, in every partition.
     pub fn publish_journaled(&self, lsn: u64) {
         let mut any = false;
-        for p in &self.partitions {
+        for p in self.partitions.iter() {
             any |= p.lock_writer().publish_until(p, lsn);
         }
         if any {
@@ -301,7 +301,7 @@ impl LogInner {
     fn sync_partitions(&self, mark: bool) -> StoreResult<()> {
         let mut first_error = None;
         let mut synced_any = false;
-        for p in &self.partitions {
+        for p in self.partitions.iter() {
             match p.sync_active(mark) {
                 Ok(synced) => synced_any |= synced,
                 Err(e) => {
@@ -349,7 +349,7 @@ impl LogInner {
         if result.is_ok() {
             result = super::clean_close::mark(&*self.partitions_fs(), &self.dir);
         }
-        for p in &self.partitions {
+        for p in self.partitions.iter() {
             if let Some(reason) = &p.lock_writer().poisoned {
                 result = result.and(Err(poisoned(p.id, reason)));
             }

@@ -29,6 +29,7 @@ mod journal_scan;
 pub mod maintenance;
 pub mod options;
 pub mod partition;
+mod partition_table;
 mod preparer;
 mod replay;
 mod request;
@@ -181,7 +182,7 @@ impl Log {
             dir,
             options,
             owned: owner == LogOwner::Layer,
-            partitions: shared,
+            partitions: partition_table::PartitionTable::new(shared),
             journal: journal.map(Mutex::new),
             journal_ready: std::sync::Condvar::new(),
             commit,
@@ -264,9 +265,38 @@ impl Log {
         &self.inner.options
     }
 
-    /// Number of partitions (fixed for the life of the log).
+    /// Number of partitions (a log only the store grows, [`crate::Store::grow_log`], keeps
+    /// the partitions it has and gains new ones at the end).
     pub fn partition_count(&self) -> u32 {
         self.inner.partitions.len() as u32
+    }
+
+    /// Opens partitions `partition_count()..to`, new and empty, once the MANIFEST records `to`
+    /// (persist, then apply): their directories with one sync of the log's, then each
+    /// partition (its first segment created and synced). Appends to the partitions the log
+    /// had run on meanwhile; the new ones take appends once this returns.
+    // Only the group engine's payload log grows (a keyed log's key-to-partition map would
+    // change with its count).
+    #[cfg_attr(not(feature = "ursula"), allow(dead_code))]
+    pub(crate) fn add_partitions(&self, to: u32) -> StoreResult<()> {
+        let inner = &self.inner;
+        let growth = inner.partitions.lock_growth();
+        let from = inner.partitions.len() as u32;
+        if to <= from {
+            return Ok(());
+        }
+        let fs = inner.partitions_fs();
+        let dirs: Vec<PathBuf> = (from..to)
+            .map(|id| inner.dir.join(id.to_string()))
+            .collect();
+        create_dirs_durable(&*fs, &inner.dir, &dirs)?;
+        for (id, dir) in (from..to).zip(dirs) {
+            let pins = Arc::new(PinCounter::default());
+            let (partition, _) =
+                Partition::open(&fs, (dir, id), &inner.options, &pins, (false, None))?;
+            inner.partitions.push(&growth, Arc::new(partition));
+        }
+        Ok(())
     }
 
     /// What recovery did to each partition when the log was opened.

@@ -78,7 +78,7 @@ impl Log {
         self.check_removable("retention")?;
         let _span = tracing::info_span!("strata.retention", log = %self.inner.name).entered();
         let mut report = RetentionReport::default();
-        for partition in &self.inner.partitions {
+        for partition in self.inner.partitions.iter() {
             report.add(self.retain_partition(partition, now_ms)?);
         }
         tracing::debug!(?report, "retention pass done");

@@ -38,7 +38,8 @@ use crate::log::Log;
 pub struct BackupReport {
     /// Logs copied.
     pub logs: usize,
-    /// Group engines in the store (their payload logs among the logs).
+    /// Group payload logs among the logs (the store's shared one, and each own log of a group
+    /// created by an earlier version).
     pub groups: usize,
     /// Files written outside the groups' checkpoints.
     pub files: u64,
@@ -189,7 +190,7 @@ impl Store {
         let checkpointed = self.checkpoint_sources(&partial)?;
         let manifest = self.lock_manifest().clone();
         let mut report = BackupReport {
-            groups: manifest.group_names().len(),
+            groups: manifest.group_logs(),
             ..BackupReport::default()
         };
         self.copy_logs(&manifest, &partial, &mut report)?;
@@ -308,7 +309,7 @@ pub fn restore_with(
     manifest.store_id = new_store_id();
     manifest.store(fs, &partial)?;
     report.logs = count_dirs(fs, &backup.join("logs"))?;
-    report.groups = manifest.group_names().len();
+    report.groups = manifest.group_logs();
     publish(fs, &partial, target)?;
     tracing::info!(backup = %backup.display(), target = %target.display(), ?report, "backup restored");
     Ok(report)

@@ -18,6 +18,9 @@ pub const LOG_FLAG_OWNED: u32 = 1;
 /// Prefix of the payload logs of group engines (owned by their engine; a version 1 MANIFEST
 /// did not record owners, so these are marked owned when it is read).
 pub const GROUP_LOG_PREFIX: &str = "__group_";
+/// Name of the store's group payload log (every group created by this version has a range of
+/// its partitions).
+pub const SHARED_GROUP_LOG: &str = "__groups";
 /// Length of the fixed manifest header.
 pub const MANIFEST_HEADER_LEN: usize = 20;
 /// Largest manifest body accepted.
@@ -83,9 +86,10 @@ impl Manifest {
         self.logs.iter().find(|l| l.name == name)
     }
 
-    /// The names of the group engines whose payload logs the store holds (`__group_<name>`),
-    /// in order.
-    pub fn group_names(&self) -> Vec<String> {
+    /// The names of the group engines that have a payload log of their own (`__group_<name>`,
+    /// created by earlier versions; later groups share the store's group payload log), in
+    /// order.
+    pub fn own_log_group_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
             .logs
             .iter()
@@ -94,6 +98,15 @@ impl Manifest {
             .collect();
         names.sort();
         names
+    }
+
+    /// Group payload logs: each group's own log (earlier versions), and the store's shared
+    /// one.
+    pub fn group_logs(&self) -> usize {
+        self.logs
+            .iter()
+            .filter(|l| l.name.starts_with(GROUP_LOG_PREFIX) || l.name == SHARED_GROUP_LOG)
+            .count()
     }
 
     /// The store id as 32 lowercase hex digits.

@@ -184,10 +184,10 @@ impl Store {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The names of the store's group engines (each has a payload log in the MANIFEST), in
-    /// order.
-    pub fn group_names(&self) -> Vec<String> {
-        self.lock_manifest().group_names()
+    /// The names of the group engines with a payload log of their own (created by earlier
+    /// versions), in order; `strata::group::DiskGroupEngine::group_names` lists every group.
+    pub fn own_log_group_names(&self) -> Vec<String> {
+        self.lock_manifest().own_log_group_names()
     }
 
     /// The logs recorded in the MANIFEST.
@@ -269,6 +269,35 @@ impl Store {
         next.store(&*self.inner.fs, &self.inner.root)?;
         *manifest = next;
         Ok(())
+    }
+
+    /// Grows log `log` (open in this store) to `to` partitions: records `to` in the MANIFEST
+    /// (durably), then opens the new partitions ([`Log::add_partitions`]). A power cut between
+    /// the two leaves the MANIFEST's count, whose missing partitions the next open creates
+    /// empty. A log never shrinks: `to` at most its count changes nothing.
+    #[cfg_attr(not(feature = "ursula"), allow(dead_code))]
+    pub(crate) fn grow_log(&self, log: &Log, to: u32) -> StoreResult<()> {
+        let mut manifest = self.lock_manifest();
+        let recorded = manifest
+            .get(log.name())
+            .map(|e| e.partitions)
+            .ok_or_else(|| {
+                StoreError::Invalid(format!("log {:?} is not in the MANIFEST", log.name()))
+            })?;
+        if recorded < to {
+            if to > i32::MAX as u32 {
+                return Err(StoreError::Invalid(
+                    "a log needs 1 to 2^31 - 1 partitions".into(),
+                ));
+            }
+            let mut next = manifest.clone();
+            for entry in next.logs.iter_mut().filter(|e| e.name == log.name()) {
+                entry.partitions = to;
+            }
+            next.store(&*self.inner.fs, &self.inner.root)?;
+            *manifest = next;
+        }
+        log.add_partitions(to)
     }
 
     /// The one value of type `T` this store holds, made by `init` on first use.

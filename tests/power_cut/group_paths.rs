@@ -448,15 +448,21 @@ fn expected_integrity(s: usize, acks: &GroupAcks) -> (setsum::Setsum, u64) {
 /// format 4 at open), then appended to.
 pub struct Upgrade;
 
-/// Whether the commit partition of group `g`'s payload log (the store closed) starts past
-/// offset 0; `None` if the power was cut meanwhile.
+/// Whether the commit partition of group `g` (the store's only group, so the first range of
+/// the store's group payload log, after its directory partition) starts past offset 0, the
+/// store closed; `None` if the power was cut meanwhile.
 fn commit_records_trimmed(disk: &Disk) -> Option<bool> {
     let store = Store::open_with(&disk.root, disk.options()).ok()?;
+    let count = store
+        .logs()
+        .iter()
+        .find(|l| l.name == "__groups")?
+        .partitions;
     let log = store
-        .open_log("__group_g", 8, group_options().payload_log)
+        .open_log("__groups", count, group_options().payload_log)
         .ok()?;
     let low = log
-        .low_water_mark(strata::group::commit_record::COMMIT_PARTITION)
+        .low_water_mark(1 + strata::group::commit_record::COMMIT_PARTITION)
         .ok()?;
     drop(log);
     store.close_blocking().ok()?;

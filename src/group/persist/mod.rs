@@ -10,6 +10,7 @@ pub mod keys;
 pub(crate) mod legacy_layout;
 pub(crate) mod mirror;
 pub mod payload;
+pub mod payload_host;
 pub(crate) mod replay;
 pub mod rows;
 pub mod state_db;

@@ -16,22 +16,50 @@ use crate::group::keys::stream_key;
 use crate::group::GroupError;
 use crate::log::{Log, LogOptions, LogOwner};
 use crate::segment::NewRecord;
+use crate::store::manifest::GROUP_LOG_PREFIX;
 use crate::store::Store;
 
-/// Partitions of a group's payload log.
+use super::payload_host::PayloadHost;
+
+/// Partitions of a group's payload range (or of its own payload log).
 pub const PAYLOAD_PARTITIONS: u32 = 8;
 
-/// The payload log of one group.
+/// The payload partitions of one group: its range of the store's group payload log, or the
+/// log of its own that earlier versions created. Partition numbers the group uses (and keeps
+/// in its rows and commit records) are its own, `0..PAYLOAD_PARTITIONS`; the range's first
+/// partition is added on the way to the log.
 pub(crate) struct PayloadLog {
     log: Log,
+    base: u32,
 }
 
 impl PayloadLog {
-    /// Opens (creating) the payload log `name` of `store`.
+    /// Opens group `name`'s payload partitions: the log `__group_<name>` when the store holds
+    /// it (a group created by an earlier version), else its range of the store's group payload
+    /// log (given to it now if new; the log is opened with `options` by the first group).
     pub fn open(store: &Store, name: &str, options: LogOptions) -> Result<Self, GroupError> {
+        let own = format!("{GROUP_LOG_PREFIX}{name}");
+        if store.logs().iter().any(|l| l.name == own) {
+            let log = store.open_log_as(&own, PAYLOAD_PARTITIONS, options, LogOwner::Layer)?;
+            return Ok(Self { log, base: 0 });
+        }
+        let host = PayloadHost::of_store(store, &options)?;
+        let base = host.range_of(store, name)?;
         Ok(Self {
-            log: store.open_log_as(name, PAYLOAD_PARTITIONS, options, LogOwner::Layer)?,
+            log: host.log().clone(),
+            base,
         })
+    }
+
+    /// The log's partition behind the group's partition `partition` (a number read from the
+    /// group's rows or records: one out of its range is corruption, never another group's).
+    fn at(&self, partition: u32) -> Result<u32, GroupError> {
+        if partition >= PAYLOAD_PARTITIONS {
+            return Err(GroupError::Corrupt(format!(
+                "payload partition {partition} is out of range (a group has {PAYLOAD_PARTITIONS})"
+            )));
+        }
+        Ok(self.base + partition)
     }
 
     /// The underlying log.
@@ -66,7 +94,7 @@ impl PayloadLog {
         let records = records_of(id, payloads, now_ms);
         let ranges = self
             .log
-            .append_many_unsynced(vec![(partition, records)])
+            .append_many_unsynced(vec![(self.at(partition)?, records)])
             .await?;
         let (first, _) = ranges
             .first()
@@ -85,8 +113,10 @@ impl PayloadLog {
         let batches = items
             .into_iter()
             .filter(|(_, _, p)| !p.is_empty())
-            .map(|(id, partition, payloads)| (partition, records_of(&id, payloads, now_ms)))
-            .collect::<Vec<_>>();
+            .map(|(id, partition, payloads)| {
+                Ok((self.at(partition)?, records_of(&id, payloads, now_ms)))
+            })
+            .collect::<Result<Vec<_>, GroupError>>()?;
         let mut ranges = if batches.is_empty() {
             Vec::new()
         } else {
@@ -115,7 +145,10 @@ impl PayloadLog {
         let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
         let (offset, _) = self
             .log
-            .append(COMMIT_PARTITION, vec![NewRecord::value(timestamp, record)])
+            .append(
+                self.at(COMMIT_PARTITION)?,
+                vec![NewRecord::value(timestamp, record)],
+            )
             .await?;
         u64::try_from(offset).map_err(|_| GroupError::Corrupt(format!("commit offset {offset}")))
     }
@@ -125,6 +158,18 @@ impl PayloadLog {
     /// published with its commit record).
     pub fn next_commit_offset(&self) -> Result<u64, GroupError> {
         self.next_offset(COMMIT_PARTITION)
+    }
+
+    /// Calls `f` with the records of the group's partition `partition` in `[from, until)`, in
+    /// place in the mappings ([`Log::visit`]).
+    pub fn visit<E: From<GroupError> + From<crate::error::StoreError>>(
+        &self,
+        partition: u32,
+        from: i64,
+        until: i64,
+        f: &mut dyn FnMut(crate::segment::RecordRef<'_>) -> Result<(), E>,
+    ) -> Result<i64, E> {
+        self.log.visit(self.at(partition)?, from, until, f)
     }
 
     /// Makes everything written so far durable (blocking).
@@ -144,7 +189,7 @@ impl PayloadLog {
                 partition, offset, ..
             } = op
             {
-                let high = self.log.high_water_mark(partition)?;
+                let high = self.log.high_water_mark(self.at(partition)?)?;
                 holds &= i64::try_from(offset).is_ok_and(|o| o < high);
             }
             Ok(())
@@ -164,7 +209,7 @@ impl PayloadLog {
             .map_err(|_| GroupError::Corrupt(format!("payload offset {offset}")))?;
         let mut found = None;
         self.log
-            .visit::<GroupError>(partition, at, at + 1, &mut |record| {
+            .visit::<GroupError>(self.at(partition)?, at, at + 1, &mut |record| {
                 if record.offset == at {
                     if let (Some(key), Some(value)) = (record.key, record.value) {
                         found = Some((key.to_vec(), value.to_vec()));
@@ -182,7 +227,7 @@ impl PayloadLog {
     /// The offset the next payload record of `partition` gets (the engine is the log's only
     /// writer, and its commands run one at a time, so a command can plan with it).
     pub fn next_offset(&self, partition: u32) -> Result<u64, GroupError> {
-        let next = self.log.next_offset(partition)?;
+        let next = self.log.next_offset(self.at(partition)?)?;
         u64::try_from(next).map_err(|_| GroupError::Corrupt(format!("next offset {next}")))
     }
 
@@ -198,12 +243,12 @@ impl PayloadLog {
 
     /// The offset the next record of the commit partition gets.
     pub fn commit_end(&self) -> Result<u64, GroupError> {
-        Ok(self.log.high_water_mark(COMMIT_PARTITION)?.max(0) as u64)
+        Ok(self.log.high_water_mark(self.at(COMMIT_PARTITION)?)?.max(0) as u64)
     }
 
     /// The offset of the oldest commit-partition record still held.
     pub fn commit_low_water_mark(&self) -> Result<u64, GroupError> {
-        Ok(self.log.low_water_mark(COMMIT_PARTITION)?.max(0) as u64)
+        Ok(self.log.low_water_mark(self.at(COMMIT_PARTITION)?)?.max(0) as u64)
     }
 
     /// Calls `f(offset, record)` with every commit record at or after `from`, in order
@@ -213,18 +258,17 @@ impl PayloadLog {
         from: u64,
         mut f: impl FnMut(u64, &[u8]) -> Result<(), GroupError>,
     ) -> Result<(), GroupError> {
-        let low = self.log.low_water_mark(COMMIT_PARTITION)?;
+        let low = self.log.low_water_mark(self.at(COMMIT_PARTITION)?)?;
         let from = i64::try_from(from).unwrap_or(i64::MAX).max(low);
-        self.log
-            .visit(
-                COMMIT_PARTITION,
-                from,
-                i64::MAX,
-                &mut |record| match (record.key, record.value) {
-                    (None, Some(value)) => f(record.offset as u64, value),
-                    _ => Ok(()),
-                },
-            )?;
+        self.log.visit(
+            self.at(COMMIT_PARTITION)?,
+            from,
+            i64::MAX,
+            &mut |record| match (record.key, record.value) {
+                (None, Some(value)) => f(record.offset as u64, value),
+                _ => Ok(()),
+            },
+        )?;
         Ok(())
     }
 
@@ -236,11 +280,11 @@ impl PayloadLog {
         for partition in 0..PAYLOAD_PARTITIONS {
             let below = match lowest.get(&partition) {
                 Some(&offset) => offset as i64,
-                None => self.log.high_water_mark(partition)?,
+                None => self.log.high_water_mark(self.at(partition)?)?,
             };
             freed += self
                 .log
-                .delete_segments_before(partition, below)?
+                .delete_segments_before(self.at(partition)?, below)?
                 .bytes_deleted;
         }
         Ok(freed)
