@@ -985,7 +985,7 @@ fn scale_rows(root: &Path) -> Result<ScaleRows, String> {
     let partitions = partition_scale(root, SCALE_PARTITIONS)?;
     let concurrent = CONCURRENT_GROUPS
         .iter()
-        .map(|&n| rt.block_on(concurrent_groups(root, n, CONCURRENT_APPENDS)))
+        .map(|&(n, appends)| rt.block_on(concurrent_groups(root, n, appends)))
         .collect::<Result<_, _>>()?;
     Ok((groups, partitions, concurrent))
 }
@@ -1036,8 +1036,7 @@ type ScaleRows = (
 );
 
 /// Groups appending at once in the `scale` rows, and single appends per group.
-const CONCURRENT_GROUPS: [usize; 2] = [1, 64];
-const CONCURRENT_APPENDS: usize = 200;
+const CONCURRENT_GROUPS: [(usize, usize); 3] = [(1, 200), (64, 200), (1000, 20)];
 
 /// Group engines opened in one store by the `scale` rows of `strata bench`.
 const SCALE_GROUPS: usize = 100;
@@ -1064,10 +1063,12 @@ fn print_concurrent(c: &strata::tools::bench::ConcurrentGroups) {
     );
     let ((s50, s99), (r50, r99)) = (percentiles(&c.strata), percentiles(&c.rocksdb));
     say!(
-        "{:>6.2}x  {} group(s) appending at once, {} single 1 KiB appends each: Strata {s:.0}/s (p50 {s50:?}, p99 {s99:?}), RocksDB {r:.0}/s (p50 {r50:?}, p99 {r99:?})",
+        "{:>6.2}x  {} group(s) appending at once, {} single 1 KiB appends each: Strata {s:.0}/s (p50 {s50:?}, p99 {s99:?}), RocksDB {r:.0}/s (p50 {r50:?}, p99 {r99:?}); {} fds, {} threads",
         s / r.max(1e-9),
         c.groups,
-        c.appends
+        c.appends,
+        c.footprint.fds,
+        c.footprint.threads
     );
 }
 

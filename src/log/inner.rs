@@ -34,6 +34,11 @@ pub(crate) struct LogInner {
     pub journal_ready: Condvar,
     /// Its group commit.
     pub commit: Option<GroupCommit>,
+    /// Partitions with publications queued for the journal (each listed once while its queue
+    /// is not empty; [`LogInner::publish_journaled`]).
+    pub unpublished: Mutex<Vec<u32>>,
+    /// Held by the one publisher of journaled writes at a time.
+    pub publishing: Mutex<()>,
     /// Serializes conditional appends (check, then write).
     pub order: Mutex<()>,
     pub closed: AtomicBool,
@@ -140,15 +145,22 @@ impl LogInner {
         let lsn = j.current.lsn();
         self.journaled_records
             .fetch_add(request.records(), Ordering::Relaxed);
-        for (_, _, w) in &mut writers {
+        let mut newly = Vec::new();
+        for (id, _, w) in &mut writers {
             let publication = Publication {
                 lsn,
                 next_offset: w.next_offset,
                 segment: w.active.shared().clone(),
                 len: w.active.len(),
             };
+            if w.pending.is_empty() {
+                newly.push(*id);
+            }
             w.pending.push_back(publication);
         }
+        // Under the writers' locks: a publisher that finds a partition's queue empty drops it
+        // from the list under the same lock, so no queued publication is ever left unlisted.
+        self.lock_unpublished().extend(newly);
         Ok((ranges, Some(lsn)))
     }
 
@@ -284,12 +296,30 @@ impl LogInner {
         }
     }
 
-    /// Makes readable what the journal made durable up to `lsn`, in every partition.
+    fn lock_unpublished(&self) -> MutexGuard<'_, Vec<u32>> {
+        self.unpublished.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes readable what the journal made durable up to `lsn`, in every partition with
+    /// publications queued (the others are not visited: a round costs the partitions it
+    /// wrote, not every partition of the log). One publisher at a time, so a later round's
+    /// publisher never misses a partition an earlier one is still holding.
     pub fn publish_journaled(&self, lsn: u64) {
+        let _one = self.publishing.lock().unwrap_or_else(|p| p.into_inner());
+        let queued = std::mem::take(&mut *self.lock_unpublished());
         let mut any = false;
-        for p in self.partitions.iter() {
-            any |= p.lock_writer().publish_until(p, lsn);
+        let mut left = Vec::new();
+        for id in queued {
+            let Some(p) = self.partitions.get(id as usize) else {
+                continue;
+            };
+            let mut w = p.lock_writer();
+            any |= w.publish_until(p, lsn);
+            if !w.pending.is_empty() {
+                left.push(id);
+            }
         }
+        self.lock_unpublished().extend(left);
         if any {
             self.notify();
         }

@@ -186,6 +186,8 @@ impl Log {
             journal: journal.map(Mutex::new),
             journal_ready: std::sync::Condvar::new(),
             commit,
+            unpublished: Mutex::new(Vec::new()),
+            publishing: Mutex::new(()),
             order: Mutex::new(()),
             closed: AtomicBool::new(false),
             commits: watch::channel(0u64).0,

@@ -58,6 +58,8 @@ pub struct ConcurrentGroups {
     pub rocksdb: Vec<Duration>,
     /// Wall time of RocksDB's whole run.
     pub rocksdb_wall: Duration,
+    /// With every engine open, after the appends.
+    pub footprint: Footprint,
 }
 
 /// One log of many partitions.
@@ -205,6 +207,7 @@ pub async fn concurrent_groups(
         strata.extend(task.await.map_err(|x| e(&x))??);
     }
     let strata_wall = start.elapsed();
+    let footprint = footprint(&dir);
     drop(store);
     let (rocksdb, rocksdb_wall) =
         rocksdb_concurrent(&root.join("concurrent-rocksdb"), groups, appends)?;
@@ -215,6 +218,7 @@ pub async fn concurrent_groups(
         strata_wall,
         rocksdb,
         rocksdb_wall,
+        footprint,
     })
 }
 
