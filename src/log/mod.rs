@@ -27,6 +27,7 @@ mod journal;
 mod journal_blocks;
 mod journal_scan;
 pub mod maintenance;
+mod open_partitions;
 pub mod options;
 pub mod partition;
 mod partition_table;
@@ -57,10 +58,11 @@ pub use retention::RetentionReport;
 
 use crate::error::{StoreError, StoreResult};
 use crate::fs::{create_dir_durable, create_dirs_durable, Fs};
-use crate::segment::{NewRecord, PinCounter, RecordRef};
+use crate::segment::{NewRecord, RecordRef};
 pub(crate) use inner::LogInner;
 use journal::{Journal, JournalFile};
 use journal_scan::JournalScan;
+use open_partitions::open_partitions;
 use partition::Partition;
 use request::{check_items, encode_request};
 
@@ -150,11 +152,8 @@ impl Log {
         let partition_dirs: Vec<PathBuf> =
             (0..partitions).map(|id| dir.join(id.to_string())).collect();
         create_dirs_durable(&*fs, &dir, &partition_dirs)?;
-        for (id, partition_dir) in (0..partitions).zip(partition_dirs) {
-            let pins = Arc::new(PinCounter::default());
-            let place = (partition_dir, id);
-            let recovered = (clean.found, confirm);
-            let (partition, report) = Partition::open(&fs, place, &options, &pins, recovered)?;
+        let recovered = (clean.found, confirm);
+        for (partition, report) in open_partitions(&fs, &dir, 0..partitions, &options, recovered)? {
             shared.push(Arc::new(partition));
             recovery.push(report);
         }
@@ -292,10 +291,8 @@ impl Log {
             .map(|id| inner.dir.join(id.to_string()))
             .collect();
         create_dirs_durable(&*fs, &inner.dir, &dirs)?;
-        for (id, dir) in (from..to).zip(dirs) {
-            let pins = Arc::new(PinCounter::default());
-            let (partition, _) =
-                Partition::open(&fs, (dir, id), &inner.options, &pins, (false, None))?;
+        let opened = open_partitions(&fs, &inner.dir, from..to, &inner.options, (false, None))?;
+        for (partition, _) in opened {
             inner.partitions.push(&growth, Arc::new(partition));
         }
         Ok(())
