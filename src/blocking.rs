@@ -28,3 +28,19 @@ fn runtime_flavor() -> Option<RuntimeFlavor> {
         .ok()
         .map(|h| h.runtime_flavor())
 }
+
+/// Runs `f`, which blocks on I/O for a while (opening a store, a log or an engine), on tokio's
+/// blocking pool and awaits it, so no executor thread waits for it (a current-thread runtime's
+/// other tasks go on). A panic in `f` resumes in the caller. Dropping the future lets `f` run to
+/// its end and drops what it returns.
+pub async fn off_executor<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<crate::error::StoreError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(crate::error::StoreError::Closed.into()),
+    }
+}

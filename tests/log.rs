@@ -1240,3 +1240,45 @@ async fn a_dropped_append_future_is_unacknowledged_and_never_read_before_it_is_d
     log.close().await.unwrap();
     store.close_blocking().unwrap();
 }
+
+/// Opening a store, a log, the coordination transport and the consumer positions through their
+/// async forms on a current-thread runtime, while every sync takes 40 ms: another task of the
+/// runtime never waits for them longer than the bound (20 ms; each open syncs several times),
+/// and what they open works.
+#[test]
+fn async_opens_never_hold_up_a_current_thread_runtime() {
+    use strata::coordination::DiskCoordinationTransport;
+    use strata::event_log::ConsumerPositions;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = strata::fs::FaultFs::new(dir.path()).unwrap();
+    fs.set_sync_delay(Duration::from_millis(40));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (longest, log) = rt.block_on(async {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ticker = common::spawn_ticker(done.clone());
+        // The ticker starts before the opens do, so a stall of theirs is a gap it sees.
+        tokio::task::yield_now().await;
+        let options = strata::StoreOptions::default().with_fs(fs.shared());
+        let store = Store::open_async(dir.path(), options).await.unwrap();
+        let log = store
+            .open_log_async("events", 4, LogOptions::default())
+            .await
+            .unwrap();
+        DiskCoordinationTransport::open_async(&store).await.unwrap();
+        ConsumerPositions::open_async(&store).await.unwrap();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        (ticker.await.unwrap(), log)
+    });
+    fs.set_sync_delay(Duration::ZERO);
+    assert!(
+        longest < Duration::from_millis(20),
+        "another task of the runtime waited {longest:?} for an open"
+    );
+    let range = log
+        .append_blocking(0, vec![NewRecord::value(1, Bytes::from_static(b"x"))])
+        .unwrap();
+    assert_eq!(range, (0, 0));
+}

@@ -184,6 +184,13 @@ impl DiskCoordinationTransport {
         Ok(DiskCoordination::open(store, DEFAULT_COORDINATION_PARTITIONS)?.transport())
     }
 
+    /// [`Self::open`] on tokio's blocking pool (the internal log's recovery never holds up the
+    /// caller's executor thread).
+    pub async fn open_async(store: &Store) -> StoreResult<Self> {
+        let store = store.clone();
+        crate::blocking::off_executor(move || Self::open(&store)).await
+    }
+
     /// The shared coordination state.
     pub fn coordination(&self) -> &Arc<DiskCoordination> {
         &self.core

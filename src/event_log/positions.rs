@@ -49,6 +49,13 @@ pub struct ConsumerPositions {
 }
 
 impl ConsumerPositions {
+    /// [`Self::open`] on tokio's blocking pool (reading the positions never holds up the
+    /// caller's executor thread).
+    pub async fn open_async(store: &Store) -> StoreResult<Self> {
+        let store = store.clone();
+        crate::blocking::off_executor(move || Self::open(&store)).await
+    }
+
     /// Opens (creating) the positions of `store` and loads them (blocking: it reads the log).
     pub fn open(store: &Store) -> StoreResult<Self> {
         let log = store.open_log(POSITIONS_LOG, 1, positions_log_options())?;

@@ -275,6 +275,18 @@ impl DiskGroupEngine {
         })
     }
 
+    /// [`Self::open`] on tokio's blocking pool: the state database's first open, the group's
+    /// replay and a new group's partitions never hold up the caller's executor thread.
+    pub async fn open_async(
+        store: &Store,
+        name: &str,
+        cold: ColdStore,
+        options: GroupOptions,
+    ) -> Result<Self, GroupError> {
+        let (store, name) = (store.clone(), name.to_string());
+        crate::blocking::off_executor(move || Self::open(&store, &name, cold, options)).await
+    }
+
     /// Reports every commit to ursula's runtime metrics as one WAL batch of `placement`:
     /// `sync_ns` is the commit record's append and fdatasync, `write_ns` applying it to RocksDB.
     pub fn with_metrics(mut self, metrics: GroupEngineMetrics, placement: ShardPlacement) -> Self {

@@ -200,6 +200,26 @@ impl Store {
             .clone()
     }
 
+    /// [`Store::open_with`] on tokio's blocking pool: an async caller's executor thread never
+    /// waits for the lock, the MANIFEST or the directory syncs of a new store.
+    pub async fn open_async(root: impl AsRef<Path>, options: StoreOptions) -> StoreResult<Self> {
+        let root = root.as_ref().to_path_buf();
+        crate::blocking::off_executor(move || Self::open_with(root, options)).await
+    }
+
+    /// [`Store::open_log`] on tokio's blocking pool: recovering a log (its segments, its
+    /// journal's replay) or creating one (its partitions' syncs) never holds up the caller's
+    /// executor thread.
+    pub async fn open_log_async(
+        &self,
+        name: &str,
+        partitions: u32,
+        options: LogOptions,
+    ) -> StoreResult<Log> {
+        let (store, name) = (self.clone(), name.to_string());
+        crate::blocking::off_executor(move || store.open_log(&name, partitions, options)).await
+    }
+
     /// Opens log `name`, creating it with `partitions` partitions if the store does not hold it.
     ///
     /// Opening a log that is already open returns the same log (its options are those of the
