@@ -1707,3 +1707,64 @@ fn a_group_engine_opened_async_never_holds_up_a_current_thread_runtime() {
         b"opened"
     );
 }
+
+/// A group's creation (the group payload log grown, its directory record appended) with each
+/// of its file operations failing once: the open fails or succeeds, then another group is
+/// created and the first opened again; both hold their own bytes, also after a reopen (no two
+/// groups ever share a range, whether the failed record reached the disk or not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_creation_failing_at_any_file_operation_never_gives_its_range_to_another() {
+    use strata::fs::{FaultFs, FaultPlan, OpKinds};
+    let id = BucketStreamId::new("tenant", "s");
+    let open_on = |store: &Store, dir: &Path, name: &str| {
+        let cold = ColdStore::local_with_fs(store.fs().clone(), &dir.join("cold"))
+            .map_err(|e| e.to_string())?;
+        DiskGroupEngine::open(store, name, cold, GroupOptions::default()).map_err(|e| e.to_string())
+    };
+    let mut failed = 0;
+    for n in 0.. {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FaultFs::new(dir.path()).unwrap();
+        let options = strata::StoreOptions::default().with_fs(fs.shared());
+        let store = Store::open_with(dir.path(), options.clone()).unwrap();
+        drop(open_on(&store, dir.path(), "first").unwrap());
+        let before = fs.count(OpKinds::ALL);
+        fs.set_plan(FaultPlan::FailAt {
+            n,
+            kinds: OpKinds::ALL,
+        });
+        let result = open_on(&store, dir.path(), "a");
+        let fired = fs.count(OpKinds::ALL) - before > n;
+        fs.set_plan(FaultPlan::None);
+        if !fired {
+            result.expect("no fault, no error");
+            break;
+        }
+        failed += usize::from(result.is_err());
+        drop(result);
+        let mut engines = Vec::new();
+        for (name, bytes) in [("b", &b"of b"[..]), ("a", b"of a")] {
+            let mut engine = open_on(&store, dir.path(), name)
+                .unwrap_or_else(|e| panic!("fault at op {n}: group {name} does not open: {e}"));
+            engine
+                .create_stream(create(&id, 1), p(), none())
+                .await
+                .unwrap();
+            let mut request = AppendRequest::from_bytes(id.clone(), Bytes::copy_from_slice(bytes));
+            request.content_type = CT.into();
+            engine.append(request, p(), none()).await.unwrap();
+            engines.push(engine);
+        }
+        drop(engines);
+        store.close_blocking().unwrap();
+        drop(store);
+        let store = Store::open_with(dir.path(), options).unwrap();
+        for (name, bytes) in [("a", &b"of a"[..]), ("b", b"of b")] {
+            let mut engine = open_on(&store, dir.path(), name).unwrap();
+            let read = read(&mut engine, &id, 0, 2).await.unwrap();
+            assert_eq!(read, bytes, "fault at op {n}: group {name} after a reopen");
+        }
+        store.close_blocking().unwrap();
+    }
+    assert!(failed > 0, "some fault failed the open");
+}

@@ -266,16 +266,16 @@ impl Log {
         &self.inner.options
     }
 
-    /// Number of partitions (a log only the store grows, [`crate::Store::grow_log`], keeps
-    /// the partitions it has and gains new ones at the end).
+    /// Number of partitions: fixed for the life of the log, except for the store's group
+    /// payload log, which gains partitions at the end as groups are created.
     pub fn partition_count(&self) -> u32 {
         self.inner.partitions.len() as u32
     }
 
     /// Opens partitions `partition_count()..to`, new and empty, once the MANIFEST records `to`
     /// (persist, then apply): their directories with one sync of the log's, then each
-    /// partition (its first segment created and synced). Appends to the partitions the log
-    /// had run on meanwhile; the new ones take appends once this returns.
+    /// partition (its first segment created and synced). Appends to the existing partitions go
+    /// on meanwhile; the new ones take appends once this returns.
     // Only the group engine's payload log grows (a keyed log's key-to-partition map would
     // change with its count).
     #[cfg_attr(not(feature = "ursula"), allow(dead_code))]

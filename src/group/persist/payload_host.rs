@@ -59,11 +59,43 @@ pub fn decode_directory_value(value: &[u8]) -> Result<u32, String> {
     Ok(base)
 }
 
+/// Adds group `name`'s range at `base` to `ranges`, read from the directory: a name given again
+/// with the same range is a record written again after a failed sync that had reached the disk
+/// (one range); a name given another range, or a range that overlaps another or lies past the
+/// log's partitions (`taken`), is an error.
+fn add_range(
+    ranges: &mut BTreeMap<String, u32>,
+    taken: &mut [bool],
+    name: &str,
+    base: u32,
+) -> Result<(), String> {
+    match ranges.get(name) {
+        Some(&known) if known == base => return Ok(()),
+        Some(&known) => return Err(format!("{name:?} was given partition {known} before")),
+        None => {}
+    }
+    let range = base as usize..(base + PAYLOAD_PARTITIONS) as usize;
+    match taken.get_mut(range.clone()) {
+        Some(slots) if slots.iter().all(|t| !t) => slots.fill(true),
+        _ => {
+            return Err(format!(
+                "range {range:?} of {name:?} is taken or past the log's end"
+            ))
+        }
+    }
+    ranges.insert(name.to_string(), base);
+    Ok(())
+}
+
 /// The store's group payload log and its directory (one per store, [`Store::shared`]).
 pub(crate) struct PayloadHost {
     log: Log,
     /// Each group's first partition.
     ranges: Mutex<BTreeMap<String, u32>>,
+    /// Ranges whose directory record failed to append (it may reach the disk yet, when the
+    /// journal heals): no other group takes them, and the group's next open writes its record
+    /// again.
+    unconfirmed: Mutex<BTreeMap<String, u32>>,
 }
 
 impl PayloadHost {
@@ -81,6 +113,7 @@ impl PayloadHost {
             .map_or(1, |l| l.partitions);
         let log = store.open_log_as(GROUPS_LOG, count, options.clone(), LogOwner::Layer)?;
         let mut ranges = BTreeMap::new();
+        // Which of the log's partitions a range holds.
         let mut taken = vec![false; count as usize];
         log.visit::<StoreError>(DIRECTORY_PARTITION, 0, i64::MAX, &mut |record| {
             let bad = |why: String| {
@@ -93,22 +126,13 @@ impl PayloadHost {
                 return Err(bad("not a keyed value".into()));
             };
             let name = std::str::from_utf8(key).map_err(|e| bad(e.to_string()))?;
-            let base = decode_directory_value(value).map_err(bad)?;
-            let range = base as usize..(base + PAYLOAD_PARTITIONS) as usize;
-            let free = taken
-                .get(range.clone())
-                .is_some_and(|r| r.iter().all(|t| !t));
-            if !free || ranges.insert(name.to_string(), base).is_some() {
-                return Err(bad(format!(
-                    "range {range:?} of {name:?} taken or out of the log"
-                )));
-            }
-            taken[range].fill(true);
-            Ok(())
+            let base = decode_directory_value(value).map_err(&bad)?;
+            add_range(&mut ranges, &mut taken, name, base).map_err(bad)
         })?;
         Ok(Self {
             log,
             ranges: Mutex::new(ranges),
+            unconfirmed: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -127,16 +151,24 @@ impl PayloadHost {
     }
 
     /// The first partition of group `name`'s range, given to it now if it has none (blocking:
-    /// the log grows and the directory record is synced before this returns).
+    /// the log grows and the directory record is synced before this returns). A record whose
+    /// append failed may still reach the disk: its range stays the group's (no other group
+    /// takes it) and the group's next open writes the record again, so the directory may hold
+    /// it twice with one range, which it reads as one.
     pub fn range_of(&self, store: &Store, name: &str) -> Result<u32, GroupError> {
         let mut ranges = self.lock();
         if let Some(&base) = ranges.get(name) {
             return Ok(base);
         }
-        let base = ranges
-            .values()
-            .max()
-            .map_or(DIRECTORY_PARTITION + 1, |b| b + PAYLOAD_PARTITIONS);
+        let mut unconfirmed = self.unconfirmed.lock().unwrap_or_else(|p| p.into_inner());
+        let base = match unconfirmed.get(name) {
+            Some(&base) => base,
+            None => ranges
+                .values()
+                .chain(unconfirmed.values())
+                .max()
+                .map_or(DIRECTORY_PARTITION + 1, |b| b + PAYLOAD_PARTITIONS),
+        };
         let end = base
             .checked_add(PAYLOAD_PARTITIONS)
             .ok_or_else(|| GroupError::Invalid("the store holds too many groups".into()))?;
@@ -144,8 +176,11 @@ impl PayloadHost {
         let value = Bytes::copy_from_slice(&encode_directory_value(base));
         let key = Bytes::copy_from_slice(name.as_bytes());
         let record = NewRecord::keyed(crate::now_ms(), key, Some(value));
-        self.log
-            .append_blocking(DIRECTORY_PARTITION, vec![record])?;
+        if let Err(e) = self.log.append_blocking(DIRECTORY_PARTITION, vec![record]) {
+            unconfirmed.insert(name.to_string(), base);
+            return Err(e.into());
+        }
+        unconfirmed.remove(name);
         ranges.insert(name.to_string(), base);
         Ok(base)
     }
@@ -168,5 +203,27 @@ mod tests {
         let mut count = value;
         count[5] = 4;
         assert!(decode_directory_value(&count).is_err());
+    }
+
+    #[test]
+    fn a_name_given_again_with_its_range_is_one_group_and_any_clash_is_an_error() {
+        let (mut ranges, mut taken) = (BTreeMap::new(), vec![false; 25]);
+        add_range(&mut ranges, &mut taken, "a", 1).unwrap();
+        add_range(&mut ranges, &mut taken, "a", 1).unwrap();
+        add_range(&mut ranges, &mut taken, "b", 9).unwrap();
+        assert_eq!(ranges.len(), 2);
+        assert!(
+            add_range(&mut ranges, &mut taken, "a", 17).is_err(),
+            "another range"
+        );
+        assert!(
+            add_range(&mut ranges, &mut taken, "c", 5).is_err(),
+            "overlaps a and b"
+        );
+        assert!(
+            add_range(&mut ranges, &mut taken, "c", 20).is_err(),
+            "past the end"
+        );
+        add_range(&mut ranges, &mut taken, "c", 17).unwrap();
     }
 }
