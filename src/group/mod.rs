@@ -338,8 +338,11 @@ impl DiskGroupEngine {
     /// group payload log (with the default options) if no group has yet.
     pub fn group_names(store: &Store) -> Result<Vec<String>, GroupError> {
         let mut names = store.own_log_group_names();
-        let shared = crate::store::manifest::SHARED_GROUP_LOG;
-        if store.logs().iter().any(|l| l.name == shared) {
+        if store
+            .logs()
+            .iter()
+            .any(|l| l.name == payload_host::GROUPS_LOG)
+        {
             let options = GroupOptions::default().payload_log;
             names.extend(payload_host::PayloadHost::of_store(store, &options)?.names());
         }

@@ -160,7 +160,10 @@ impl LogInner {
         }
         // Under the writers' locks: a publisher that finds a partition's queue empty drops it
         // from the list under the same lock, so no queued publication is ever left unlisted.
-        self.lock_unpublished().extend(newly);
+        // A write to partitions already listed leaves the list (and its lock) alone.
+        if !newly.is_empty() {
+            self.lock_unpublished().extend(newly);
+        }
         Ok((ranges, Some(lsn)))
     }
 

@@ -57,7 +57,7 @@ pub use request::{Items, OffsetRange};
 pub use retention::RetentionReport;
 
 use crate::error::{StoreError, StoreResult};
-use crate::fs::{create_dir_durable, create_dirs_durable, Fs};
+use crate::fs::{create_dir_durable, Fs};
 use crate::segment::{NewRecord, RecordRef};
 pub(crate) use inner::LogInner;
 use journal::{Journal, JournalFile};
@@ -147,11 +147,7 @@ impl Log {
         let journal_dir = dir.join("journal");
         let scan = JournalScan::read(&*fs, &journal_dir, options.recovery)?;
         let confirm = (!scan.is_empty()).then_some(&scan);
-        // Every partition's directory, with one sync of the log's for all of them.
         create_dir_durable(&*fs, &dir)?;
-        let partition_dirs: Vec<PathBuf> =
-            (0..partitions).map(|id| dir.join(id.to_string())).collect();
-        create_dirs_durable(&*fs, &dir, &partition_dirs)?;
         let recovered = (clean.found, confirm);
         for (partition, report) in open_partitions(&fs, &dir, 0..partitions, &options, recovered)? {
             shared.push(Arc::new(partition));
@@ -273,8 +269,7 @@ impl Log {
     }
 
     /// Opens partitions `partition_count()..to`, new and empty, once the MANIFEST records `to`
-    /// (persist, then apply): their directories with one sync of the log's, then each
-    /// partition (its first segment created and synced). Appends to the existing partitions go
+    /// (persist, then apply), as [`open_partitions`] does. Appends to the existing partitions go
     /// on meanwhile; the new ones take appends once this returns.
     // Only the group engine's payload log grows (a keyed log's key-to-partition map would
     // change with its count).
@@ -287,10 +282,6 @@ impl Log {
             return Ok(());
         }
         let fs = inner.partitions_fs();
-        let dirs: Vec<PathBuf> = (from..to)
-            .map(|id| inner.dir.join(id.to_string()))
-            .collect();
-        create_dirs_durable(&*fs, &inner.dir, &dirs)?;
         let opened = open_partitions(&fs, &inner.dir, from..to, &inner.options, (false, None))?;
         for (partition, _) in opened {
             inner.partitions.push(&growth, Arc::new(partition));

@@ -6,7 +6,7 @@
 //! only while the partitions open.
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +14,7 @@ use super::journal_scan::JournalScan;
 use super::options::LogOptions;
 use super::partition::{Partition, PartitionRecovery};
 use crate::error::{StoreError, StoreResult};
-use crate::fs::Fs;
+use crate::fs::{create_dirs_durable, Fs};
 use crate::segment::PinCounter;
 
 /// Threads opening partitions at once (the caller's among them).
@@ -23,9 +23,10 @@ pub const OPENERS: usize = 8;
 /// What opening one partition gave.
 type Opened = StoreResult<(Partition, PartitionRecovery)>;
 
-/// Opens partitions `ids` of the log in `dir` (their directories exist and are durable), each
-/// as [`Partition::open`] does with `recovered`; returns them in id order, or the error of the
-/// lowest id that failed.
+/// Opens partitions `ids` of the log in the existing, durable directory `dir`: first every
+/// partition's directory missing there, with one sync of `dir` for all of them, then each
+/// partition as [`Partition::open`] does with `recovered`. Returns them in id order, or the
+/// error of the lowest id that failed.
 pub(crate) fn open_partitions(
     fs: &Fs,
     dir: &Path,
@@ -33,6 +34,8 @@ pub(crate) fn open_partitions(
     options: &LogOptions,
     recovered: (bool, Option<&JournalScan>),
 ) -> StoreResult<Vec<(Partition, PartitionRecovery)>> {
+    let dirs: Vec<PathBuf> = ids.clone().map(|id| dir.join(id.to_string())).collect();
+    create_dirs_durable(&**fs, dir, &dirs)?;
     let count = ids.len();
     let slots: Vec<Mutex<Option<Opened>>> = (0..count).map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
@@ -43,7 +46,7 @@ pub(crate) fn open_partitions(
         }
         let id = ids.start + i as u32;
         let pins = Arc::new(PinCounter::default());
-        let place = (dir.join(id.to_string()), id);
+        let place = (dirs[i].clone(), id);
         let opened = Partition::open(fs, place, options, &pins, recovered);
         *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(opened);
     };

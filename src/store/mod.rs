@@ -275,11 +275,7 @@ impl Store {
             return check_same(name, entry.partitions, partitions, entry.owner, owner);
         }
         // Existing entries were checked when the MANIFEST was decoded.
-        if partitions == 0 || partitions > i32::MAX as u32 {
-            return Err(StoreError::Invalid(
-                "a log needs 1 to 2^31 - 1 partitions".into(),
-            ));
-        }
+        check_partition_count(partitions)?;
         let mut next = manifest.clone();
         next.logs.push(LogEntry {
             name: name.into(),
@@ -305,11 +301,7 @@ impl Store {
                 StoreError::Invalid(format!("log {:?} is not in the MANIFEST", log.name()))
             })?;
         if recorded < to {
-            if to > i32::MAX as u32 {
-                return Err(StoreError::Invalid(
-                    "a log needs 1 to 2^31 - 1 partitions".into(),
-                ));
-            }
+            check_partition_count(to)?;
             let mut next = manifest.clone();
             for entry in next.logs.iter_mut().filter(|e| e.name == log.name()) {
                 entry.partitions = to;
@@ -358,6 +350,16 @@ impl Store {
 }
 
 /// Refuses to open an existing log with another partition count or owner.
+/// Refuses a partition count a log cannot have.
+fn check_partition_count(partitions: u32) -> StoreResult<()> {
+    if partitions == 0 || partitions > i32::MAX as u32 {
+        return Err(StoreError::Invalid(
+            "a log needs 1 to 2^31 - 1 partitions".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn check_same(
     name: &str,
     existing: u32,
