@@ -3,7 +3,8 @@
 //! every fault kind at every request, and a restart after the faulted step; plus the four
 //! regressions (a truncated upload, an intact but wrong object, a hung store, an undeletable
 //! object) and a hung server on a real HTTP path.
-#![cfg(feature = "ursula")]
+//! Needs the `s3` feature: parts of it run against an S3 server on loopback.
+#![cfg(feature = "s3")]
 
 use std::path::Path;
 use std::sync::Arc;

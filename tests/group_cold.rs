@@ -1,7 +1,8 @@
 //! The cold tier of the group engine against real object stores (a local directory and a moto
 //! S3 server on 127.0.0.1): flush, transparent reads, compaction, GC, hot-segment reclamation,
 //! restart, and object-store faults in the middle of a flush.
-#![cfg(feature = "ursula")]
+//! Needs the `s3` feature: parts of it run against an S3 server on loopback.
+#![cfg(feature = "s3")]
 
 mod common;
 mod s3_harness;

@@ -1,7 +1,8 @@
 //! Strata's group engines behind ursula's own `ShardRuntime` (0.4.1): the runtime routes streams
 //! to raft groups, creates one `DiskGroupEngine` per touched group through
 //! `DiskGroupEngineFactory`, and serves creates, appends and reads from them.
-#![cfg(feature = "ursula")]
+//! Needs the `s3` feature: parts of it run against an S3 server on loopback.
+#![cfg(feature = "s3")]
 
 mod s3_harness;
 

@@ -100,15 +100,6 @@ async fn only_the_engine_trims_its_payload_log() {
     let refused = store.open_log("__groups", count, trimming).unwrap_err();
     assert!(refused.to_string().contains("owned"), "{refused}");
     drop(store);
-    // The command line says so too, and changes nothing.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["compact"])
-        .arg(dir.path())
-        .arg("__groups")
-        .output()
-        .expect("strata runs");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("owned"));
     let (_store, mut engine) = open_with(dir.path(), GroupOptions::default());
     let read = ReadStreamRequest {
         stream_id: id,

@@ -8,6 +8,8 @@ mod fault;
 #[cfg(feature = "ursula")]
 mod local;
 mod object;
+#[cfg(feature = "s3")]
+mod s3;
 #[cfg(feature = "ursula")]
 mod store;
 #[cfg(feature = "ursula")]
@@ -21,8 +23,10 @@ pub use object::{
     decode_cold_object, encode_cold_object, COLD_OBJECT_HEADER_LEN, COLD_OBJECT_MAGIC,
     COLD_OBJECT_SUFFIX, COLD_OBJECT_VERSION,
 };
+#[cfg(feature = "s3")]
+pub use s3::S3Config;
 #[cfg(feature = "ursula")]
-pub use store::{ColdStore, DeleteHold, S3Config, UploadCheck, UploadGuard, COLD_CACHE_BYTES};
+pub use store::{ColdStore, DeleteHold, UploadCheck, UploadGuard, COLD_CACHE_BYTES};
 #[cfg(feature = "ursula")]
 pub use timeouts::ColdTimeouts;
 

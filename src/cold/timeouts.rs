@@ -68,6 +68,7 @@ impl ColdTimeouts {
 
     /// These timeouts with any of the URL query parameters `connect_timeout_ms`,
     /// `request_timeout_ms`, `retries` and `deadline_ms` that `query` finds.
+    #[cfg(feature = "s3")]
     pub(crate) fn with_query(
         mut self,
         query: impl Fn(&str) -> Option<String>,
@@ -116,6 +117,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "s3")]
     fn url_parameters_override_the_defaults() {
         let query = |name: &str| match name {
             "request_timeout_ms" => Some("1500".to_string()),

@@ -1,9 +1,9 @@
 //! Operator tools behind the `strata` CLI: inspect, verify, dump, read and tail, and the
 //! side-by-side bench.
 
-#[cfg(feature = "cli")]
+#[cfg(feature = "tools")]
 pub mod bench;
-#[cfg(feature = "cli")]
+#[cfg(feature = "tools")]
 pub mod group_bench;
 pub mod inspect;
 pub mod read;

@@ -1,6 +1,5 @@
 //! The `strata` command line as a user runs it: a closed stdout ends a command quietly, and an
 //! output error names the output, not the store.
-#![cfg(feature = "cli")]
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -327,4 +326,30 @@ fn dump_of_an_active_segment_ends_at_its_data() {
         "{}",
         &stdout[stdout.len().saturating_sub(300)..]
     );
+}
+
+/// `compact` of the log that holds the groups' payloads is refused (only the group engine trims
+/// it), and the log is unchanged.
+#[test]
+fn compact_refuses_the_group_payload_log() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = std::sync::Arc::new(Store::open(dir.path()).unwrap());
+        let cold = strata::cold::ColdStore::local(&dir.path().join("cold")).unwrap();
+        let options = strata::group::GroupOptions::default();
+        drop(strata::group::DiskGroupEngine::open(&store, "g", cold, options).unwrap());
+        store.close_blocking().unwrap();
+    }
+    let logs = || Store::open(dir.path()).unwrap().logs();
+    let before = logs();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("compact")
+        .arg(dir.path())
+        .arg("__groups")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("owned"), "{stderr}");
+    assert_eq!(logs(), before);
 }
