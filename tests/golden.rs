@@ -3,9 +3,10 @@
 //! says. Set STRATA_BLESS=1 to (re)write a vector after a deliberate, versioned format change.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use bytes::Bytes;
-use strata::log::LogOwner;
+use strata::log::{CompactionPolicy, Durability, LogOptions, LogOwner, RetentionPolicy};
 use strata::segment::{
     decode_batch, decode_segment_header, encode_batch, encode_segment_header, encode_unsealed,
     seal_batch, Compression, IndexEntry, Record, SegmentIndex,
@@ -267,8 +268,24 @@ fn index_v1_matches_its_golden_bytes_and_the_spec() {
     assert_eq!(SegmentIndex::decode(&b), Ok(index));
 }
 
+/// The options the MANIFEST golden vector records for its `events` log.
+fn recorded_events_options() -> LogOptions {
+    LogOptions::default()
+        .with_durability(Durability::Interval(Duration::from_millis(5)))
+        .with_compression(Compression::Zstd { level: 3 })
+        .with_segment_bytes(1 << 20)
+        .with_index_interval_bytes(8192)
+        .with_retention(RetentionPolicy::default().with_max_bytes(Some(1 << 30)))
+        .with_compaction(
+            CompactionPolicy::default()
+                .with_enabled(true)
+                .with_delete_retention(Duration::from_secs(48 * 3600)),
+        )
+        .with_maintenance_interval(Some(Duration::from_secs(1)))
+}
+
 #[test]
-fn manifest_v2_matches_its_golden_bytes_and_the_spec() {
+fn manifest_v3_matches_its_golden_bytes_and_the_spec() {
     let manifest = Manifest {
         store_id: *b"0123456789abcdef",
         logs: vec![
@@ -276,17 +293,19 @@ fn manifest_v2_matches_its_golden_bytes_and_the_spec() {
                 name: "events".into(),
                 partitions: 8,
                 owner: LogOwner::Policies,
+                options: Some(recorded_events_options()),
             },
             LogEntry {
                 name: "__group_g".into(),
                 partitions: 1,
                 owner: LogOwner::Layer,
+                options: None,
             },
         ],
     };
-    let b = vector("manifest_v2.bin", &manifest.encode());
+    let b = vector("manifest_v3.bin", &manifest.encode());
     assert_eq!(&b[0..8], b"STRATAMF");
-    assert_eq!(u32_at(&b, 8), 2);
+    assert_eq!(u32_at(&b, 8), 3);
     let body_len = u32_at(&b, 12) as usize;
     assert_eq!(b.len(), 20 + body_len);
     assert_eq!(u32_at(&b, 16), crc32fast::hash(&b[20..]));
@@ -296,12 +315,67 @@ fn manifest_v2_matches_its_golden_bytes_and_the_spec() {
     assert_eq!(&b[42..48], b"events");
     assert_eq!(u32_at(&b, 48), 8, "partitions");
     assert_eq!(u32_at(&b, 52), 0, "flags");
-    assert_eq!(u16::from_le_bytes([b[56], b[57]]), 9);
-    assert_eq!(&b[58..67], b"__group_g");
-    assert_eq!(u32_at(&b, 67), 1, "partitions");
-    assert_eq!(u32_at(&b, 71), 1, "flags: owned by its layer");
-    assert_eq!(b.len(), 75);
+    assert_eq!(u16::from_le_bytes([b[56], b[57]]), 98, "options_len");
+    let o = &b[58..156];
+    let u64_at = |at: usize| u64::from_le_bytes(o[at..at + 8].try_into().unwrap());
+    assert_eq!(o[0], 1, "options version");
+    assert_eq!(
+        (o[1], u64_at(2)),
+        (1, 5_000_000),
+        "durability: interval 5 ms"
+    );
+    assert_eq!(o[10], 1, "compression: zstd");
+    assert_eq!(
+        i32::from_le_bytes(o[11..15].try_into().unwrap()),
+        3,
+        "level"
+    );
+    assert_eq!(u64_at(15), 1 << 20, "segment_bytes");
+    assert_eq!(u64_at(23), 8192, "index_interval_bytes");
+    assert_eq!(o[31], 1, "retention: max_bytes set, max_age not");
+    assert_eq!((u64_at(32), u64_at(40)), (1 << 30, 0));
+    assert_eq!(o[48], 1, "compaction enabled");
+    assert_eq!(u64_at(49), 48 * 3600 * 1_000_000_000, "delete_retention");
+    assert_eq!(f64::from_bits(u64_at(57)), 0.5, "min_cleanable_ratio");
+    assert_eq!(u64_at(65), 64 << 20, "max_key_map_bytes");
+    assert_eq!((o[73], u64_at(74)), (1, 1_000_000_000), "maintenance 1 s");
+    assert_eq!(
+        (u64_at(82), u64_at(90)),
+        (64 << 20, 64 << 20),
+        "journal sizes"
+    );
+    assert_eq!(u16::from_le_bytes([b[156], b[157]]), 9);
+    assert_eq!(&b[158..167], b"__group_g");
+    assert_eq!(u32_at(&b, 167), 1, "partitions");
+    assert_eq!(u32_at(&b, 171), 1, "flags: owned by its layer");
+    assert_eq!(
+        u16::from_le_bytes([b[175], b[176]]),
+        0,
+        "no options recorded"
+    );
+    assert_eq!(b.len(), 177);
     assert_eq!(Manifest::decode(&b), Ok(manifest));
+}
+
+#[test]
+fn manifest_v2_is_still_read() {
+    let b = read_only_vector("manifest_v2.bin");
+    assert_eq!(u32_at(&b, 8), 2);
+    let manifest = Manifest::decode(&b).unwrap();
+    assert_eq!(&manifest.store_id, b"0123456789abcdef");
+    let logs: Vec<_> = manifest
+        .logs
+        .iter()
+        .map(|l| (l.name.as_str(), l.partitions, l.owner, l.options.is_none()))
+        .collect();
+    assert_eq!(
+        logs,
+        vec![
+            ("events", 8, LogOwner::Policies, true),
+            ("__group_g", 1, LogOwner::Layer, true)
+        ],
+        "no options recorded: recorded at the log's next open"
+    );
 }
 
 #[test]

@@ -100,6 +100,96 @@ fn logs_are_recorded_in_the_manifest_with_fixed_partition_counts() {
     ));
 }
 
+/// What the MANIFEST records of a log's options, as a comparable tuple.
+fn recorded(options: &LogOptions) -> (Compression, Duration, u64, bool) {
+    let c = &options.compaction;
+    (
+        options.compression,
+        c.delete_retention,
+        options.segment_bytes,
+        c.enabled,
+    )
+}
+
+#[test]
+fn a_logs_options_are_recorded_and_a_change_is_recorded_and_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = small_segments()
+        .with_compression(Compression::Zstd { level: 3 })
+        .with_compaction(
+            CompactionPolicy::default().with_delete_retention(Duration::from_secs(48 * 3600)),
+        );
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store.open_log("a", 2, first.clone()).unwrap();
+    }
+    let second = first
+        .clone()
+        .with_compression(Compression::None)
+        .with_commit_yield(Duration::ZERO);
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let stored = store.log_options("a").expect("recorded");
+        assert_eq!(recorded(&stored), recorded(&first));
+        // A tool opens the log as recorded, and records nothing.
+        let log = store.open_recorded_log("a").unwrap();
+        assert_eq!(recorded(log.options()), recorded(&first));
+        assert_eq!(log.partition_count(), 2);
+        log.close_blocking().unwrap();
+        let (opened, events) = common::traced(|| store.open_log("a", 2, second.clone()));
+        assert_eq!(recorded(opened.unwrap().options()), recorded(&second));
+        assert!(
+            events.contains("recording the log's new options") && events.contains("compression"),
+            "{events}"
+        );
+        assert!(
+            !events.contains("commit_yield"),
+            "not a recorded option: {events}"
+        );
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        recorded(&store.log_options("a").unwrap()),
+        recorded(&second)
+    );
+    assert!(store.log_options("b").is_none());
+    assert!(matches!(
+        store.open_recorded_log("b"),
+        Err(StoreError::Invalid(_))
+    ));
+}
+
+#[test]
+fn a_store_of_an_earlier_version_records_a_logs_options_at_its_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let v2 =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("format/vectors/manifest_v2.bin");
+    std::fs::copy(v2, dir.path().join("MANIFEST")).unwrap();
+    let version = |dir: &std::path::Path| {
+        let bytes = std::fs::read(dir.join("MANIFEST")).unwrap();
+        u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+    };
+    {
+        let store = Store::open(dir.path()).unwrap();
+        assert!(store.log_options("events").is_none());
+        let log = store.open_recorded_log("events").unwrap();
+        assert_eq!(log.options(), &LogOptions::default());
+        log.close_blocking().unwrap();
+        assert!(
+            store.log_options("events").is_none(),
+            "a tool records nothing"
+        );
+        assert_eq!(version(dir.path()), 2, "nor rewrites the MANIFEST");
+        let options = LogOptions::default().with_compression(Compression::Zstd { level: 5 });
+        store.open_log("events", 8, options).unwrap();
+    }
+    assert_eq!(version(dir.path()), 3);
+    let store = Store::open(dir.path()).unwrap();
+    let stored = store.log_options("events").unwrap();
+    assert_eq!(stored.compression, Compression::Zstd { level: 5 });
+    assert!(store.log_options("__group_g").is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn segments_roll_and_reads_cross_them_before_and_after_reopen() {
     let dir = tempfile::tempdir().unwrap();

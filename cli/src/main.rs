@@ -267,7 +267,8 @@ fn inspect_json(dir: &std::path::Path) -> Result<(), String> {
                     })
                 })
                 .collect();
-            serde_json::json!({"name": log.name, "partitions": partitions})
+            let options = log.options.as_ref().map(strata::tools::inspect::describe_options);
+            serde_json::json!({"name": log.name, "options": options, "partitions": partitions})
         })
         .collect();
     let root = dir.display().to_string();
@@ -462,17 +463,15 @@ fn require_store(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Opens log `name` of the store in `dir` as the MANIFEST records it (partition count and
+/// options), recording nothing.
 fn open_existing(dir: &std::path::Path, name: &str) -> Result<(Store, strata::Log), String> {
     require_store(dir)?;
     let store = Store::open(dir).map_err(|e| e.to_string())?;
-    let entry = store
-        .logs()
-        .into_iter()
-        .find(|l| l.name == name)
-        .ok_or_else(|| format!("the store has no log {name:?}"))?;
-    let log = store
-        .open_log(name, entry.partitions, LogOptions::default())
-        .map_err(|e| e.to_string())?;
+    if !store.logs().iter().any(|l| l.name == name) {
+        return Err(format!("the store has no log {name:?}"));
+    }
+    let log = store.open_recorded_log(name).map_err(|e| e.to_string())?;
     Ok((store, log))
 }
 
@@ -491,7 +490,14 @@ fn read(
 }
 
 fn compact(dir: &std::path::Path, name: &str) -> Result<(), String> {
-    let (_store, log) = open_existing(dir, name)?;
+    let (store, log) = open_existing(dir, name)?;
+    if store.log_options(name).is_none() {
+        return Err(format!(
+            "log {name:?} has no recorded options (not opened since a version that did not \
+             record them): compaction would run with defaults (its tombstone retention, its \
+             compression); open it once from its application, then compact; nothing was changed"
+        ));
+    }
     let report = log
         .compact_blocking(strata::now_ms())
         .map_err(|e| e.to_string())?;

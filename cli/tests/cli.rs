@@ -353,3 +353,78 @@ fn compact_refuses_the_group_payload_log() {
     assert!(stderr.contains("owned"), "{stderr}");
     assert_eq!(logs(), before);
 }
+
+/// `compact` runs a log with the options its application recorded: a tombstone younger than
+/// the recorded tombstone retention (48 hours) survives, though the default (24 hours) would
+/// drop it. A log whose options were never recorded is refused, unchanged.
+#[test]
+fn compact_runs_a_log_with_its_recorded_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let hour_ms = 3600 * 1000;
+    let now = strata::now_ms();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let retention = std::time::Duration::from_secs(48 * 3600);
+        let options = LogOptions::default()
+            .with_segment_bytes(4096)
+            .with_compaction(
+                strata::log::CompactionPolicy::default().with_delete_retention(retention),
+            );
+        let log = store.open_log("kv", 1, options).unwrap();
+        let key = || Bytes::from_static(b"gone");
+        let value = Some(Bytes::from_static(b"old"));
+        log.append_blocking(0, vec![NewRecord::keyed(now - 40 * hour_ms, key(), value)])
+            .unwrap();
+        log.append_blocking(0, vec![NewRecord::keyed(now - 36 * hour_ms, key(), None)])
+            .unwrap();
+        for i in 0..20 {
+            let filler =
+                NewRecord::keyed(now, Bytes::from(format!("k{i}")), Some(vec![1; 900].into()));
+            log.append_blocking(0, vec![filler]).unwrap();
+        }
+        store.close_blocking().unwrap();
+    }
+    let d = dir.path().as_os_str();
+    strata(&["compact".as_ref(), d, "kv".as_ref()]);
+    let lines = strata(&[
+        "read".as_ref(),
+        d,
+        "kv".as_ref(),
+        "--max".as_ref(),
+        "100".as_ref(),
+    ]);
+    let records: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let gone: Vec<_> = records.iter().filter(|r| r["key"] == "gone").collect();
+    assert_eq!(
+        gone.len(),
+        1,
+        "the value went, the tombstone stayed: {gone:?}"
+    );
+    assert!(gone[0]["value"].is_null());
+
+    // The same store with the options taken out of its MANIFEST, as an earlier version wrote it.
+    let manifest_fs = strata::fs::RealFs;
+    let mut manifest = strata::store::manifest::Manifest::load(&manifest_fs, dir.path())
+        .unwrap()
+        .unwrap();
+    manifest.logs.iter_mut().for_each(|l| l.options = None);
+    manifest.store(&manifest_fs, dir.path()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["compact".as_ref(), d, "kv".as_ref()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no recorded options"), "{stderr}");
+    let again = strata(&[
+        "read".as_ref(),
+        d,
+        "kv".as_ref(),
+        "--max".as_ref(),
+        "100".as_ref(),
+    ]);
+    assert_eq!(again, lines, "nothing changed");
+}

@@ -1,18 +1,19 @@
 //! The MANIFEST file (format/MANIFEST.md): the store's format version, its id, and its logs with
-//! their partition counts and owners. CRC-checked; replaced atomically by writing a temporary
+//! their partition counts, owners and recorded options. CRC-checked; replaced atomically by writing a temporary
 //! file, syncing it and renaming it over the old one.
 
 use std::path::Path;
 
+use super::recorded_options;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::fs::{write_file_atomic, FileSystem};
-use crate::log::LogOwner;
+use crate::log::{LogOptions, LogOwner};
 use crate::segment::DecodeError;
 
 /// Magic bytes at the start of the MANIFEST.
 pub const MANIFEST_MAGIC: [u8; 8] = *b"STRATAMF";
-/// Manifest format version written by this build (version 1 is still read).
-pub const MANIFEST_FORMAT_VERSION: u32 = 2;
+/// Manifest format version written by this build (versions 1 and 2 are still read).
+pub const MANIFEST_FORMAT_VERSION: u32 = 3;
 /// Flag bit of a log whose records only its owning layer removes.
 pub const LOG_FLAG_OWNED: u32 = 1;
 /// Prefix of the payload logs of group engines (owned by their engine; a version 1 MANIFEST
@@ -29,7 +30,7 @@ pub const MAX_MANIFEST_BODY: usize = 16 << 20;
 pub const MAX_LOG_NAME: usize = 255;
 
 /// One log the store holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogEntry {
     /// Log name (also its directory name under `logs/`).
     pub name: String,
@@ -37,10 +38,13 @@ pub struct LogEntry {
     pub partitions: u32,
     /// Who may remove its records.
     pub owner: LogOwner,
+    /// The options it was last opened with (the recorded ones: format/MANIFEST.md, "Log
+    /// options"); `None` for a log not opened since a version that did not record them.
+    pub options: Option<LogOptions>,
 }
 
 /// The decoded MANIFEST.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Manifest {
     /// The store's id (random, made when the store is created): names its objects in shared
     /// places such as a cold-tier bucket. All zero means "not assigned yet" (a version 1 file).
@@ -114,7 +118,7 @@ impl Manifest {
         self.store_id.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Encodes the manifest file (version 2).
+    /// Encodes the manifest file (version 3).
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::new();
         body.extend_from_slice(&self.store_id);
@@ -128,6 +132,10 @@ impl Manifest {
                 LogOwner::Layer => LOG_FLAG_OWNED,
             };
             body.extend_from_slice(&flags.to_le_bytes());
+            let options = log.options.as_ref().map(recorded_options::encode);
+            let options = options.unwrap_or_default();
+            body.extend_from_slice(&(options.len() as u16).to_le_bytes());
+            body.extend_from_slice(&options);
         }
         let mut out = Vec::with_capacity(MANIFEST_HEADER_LEN + body.len());
         out.extend_from_slice(&MANIFEST_MAGIC);
@@ -152,7 +160,7 @@ impl Manifest {
         let u32_at =
             |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
         let version = u32_at(buf, 8);
-        if version != 1 && version != MANIFEST_FORMAT_VERSION {
+        if !(1..=MANIFEST_FORMAT_VERSION).contains(&version) {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let body_len = u32_at(buf, 12) as usize;
@@ -220,6 +228,13 @@ impl Manifest {
             } else {
                 LogOwner::Policies
             };
+            let options = if version >= 3 {
+                let (options, len) = decode_options(&body[pos..])?;
+                pos += len;
+                options
+            } else {
+                None
+            };
             if logs.iter().any(|l: &LogEntry| l.name == name) {
                 return Err(DecodeError::invalid("log name", "appears twice"));
             }
@@ -227,6 +242,7 @@ impl Manifest {
                 name,
                 partitions,
                 owner,
+                options,
             });
         }
         if pos != body.len() {
@@ -253,6 +269,22 @@ impl Manifest {
     }
 }
 
+/// The recorded options at the start of `rest` (a `u16` length, then the record; length 0: none
+/// recorded) and the bytes they take.
+fn decode_options(rest: &[u8]) -> Result<(Option<LogOptions>, usize), DecodeError> {
+    let truncated = DecodeError::invalid("body", "runs past its length");
+    let len = match rest {
+        [a, b, ..] => u16::from_le_bytes([*a, *b]) as usize,
+        _ => return Err(truncated),
+    };
+    let record = rest.get(2..2 + len).ok_or(truncated)?;
+    let options = match len {
+        0 => None,
+        _ => Some(recorded_options::decode(record)?),
+    };
+    Ok((options, 2 + len))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,11 +298,13 @@ mod tests {
                     name: "events".into(),
                     partitions: 8,
                     owner: LogOwner::Policies,
+                    options: Some(LogOptions::default().with_segment_bytes(1 << 20)),
                 },
                 LogEntry {
                     name: "__group_g".into(),
                     partitions: 1,
                     owner: LogOwner::Layer,
+                    options: None,
                 },
             ],
         };

@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod lock;
 pub mod manifest;
+mod recorded_options;
 mod temporary;
 
 use std::any::{Any, TypeId};
@@ -141,7 +142,7 @@ impl Store {
                 )));
             }
             loaded => {
-                // A new store, or a version 1 MANIFEST: assign the id (and write version 2).
+                // A new store, or a version 1 MANIFEST: assign the id (written in the current version).
                 let mut m = loaded.unwrap_or_default();
                 m.store_id = new_store_id();
                 m.store(&*fs, &root)?;
@@ -222,8 +223,12 @@ impl Store {
 
     /// Opens log `name`, creating it with `partitions` partitions if the store does not hold it.
     ///
-    /// Opening a log that is already open returns the same log (its options are those of the
-    /// first opener). An existing log with another partition count is an error.
+    /// The MANIFEST records the options a log is opened with (format/MANIFEST.md, "Log
+    /// options"): opening an existing log with options other than the recorded ones records
+    /// the new ones, durably, before the log opens, and logs the change (a `tracing` info event
+    /// naming the options). Opening a log that is already open returns the same log (its
+    /// options are those of the first opener, and nothing is recorded). An existing log with
+    /// another partition count is an error.
     pub fn open_log(&self, name: &str, partitions: u32, options: LogOptions) -> StoreResult<Log> {
         let owner = self
             .lock_manifest()
@@ -241,6 +246,36 @@ impl Store {
         options: LogOptions,
         owner: LogOwner,
     ) -> StoreResult<Log> {
+        self.open_log_recording(name, partitions, options, owner, true)
+    }
+
+    /// Opens the existing log `name` with its recorded partition count and options, recording
+    /// nothing: what a tool does, so that it runs the log as its application configured it.
+    /// A log whose options were never recorded (not opened since a version that did not
+    /// record them) opens with [`LogOptions::default`]; [`Store::log_options`] tells which.
+    pub fn open_recorded_log(&self, name: &str) -> StoreResult<Log> {
+        let entry = self.lock_manifest().get(name).cloned();
+        let entry = entry.ok_or_else(|| StoreError::Invalid(format!("no log {name:?}")))?;
+        let options = entry.options.unwrap_or_default();
+        self.open_log_recording(name, entry.partitions, options, entry.owner, false)
+    }
+
+    /// The options the MANIFEST records for log `name` (`None`: no such log, or its options
+    /// were never recorded).
+    pub fn log_options(&self, name: &str) -> Option<LogOptions> {
+        self.lock_manifest()
+            .get(name)
+            .and_then(|e| e.options.clone())
+    }
+
+    fn open_log_recording(
+        &self,
+        name: &str,
+        partitions: u32,
+        options: LogOptions,
+        owner: LogOwner,
+        record_options: bool,
+    ) -> StoreResult<Log> {
         validate_log_name(name).map_err(StoreError::Invalid)?;
         options.validate().map_err(StoreError::Invalid)?;
         if owner == LogOwner::Layer && options.trims() {
@@ -254,7 +289,13 @@ impl Store {
             check_same(name, log.partition_count(), partitions, log.owner(), owner)?;
             return Ok(log.clone());
         }
-        self.record_log(name, partitions, owner)?;
+        let entry = LogEntry {
+            name: name.into(),
+            partitions,
+            owner,
+            options: Some(options.clone()),
+        };
+        self.record_log(entry, record_options)?;
         let log = Log::open(LogSetup {
             fs: self.inner.fs.clone(),
             name: name.to_string(),
@@ -268,20 +309,29 @@ impl Store {
         Ok(log)
     }
 
-    /// Checks `name` against the MANIFEST, or records it there (durably) when new.
-    fn record_log(&self, name: &str, partitions: u32, owner: LogOwner) -> StoreResult<()> {
+    /// Checks `entry` against the MANIFEST, or records it there (durably) when new; records
+    /// its options over the recorded ones when they differ and `record_options` is set.
+    fn record_log(&self, entry: LogEntry, record_options: bool) -> StoreResult<()> {
         let mut manifest = self.lock_manifest();
-        if let Some(entry) = manifest.get(name) {
-            return check_same(name, entry.partitions, partitions, entry.owner, owner);
-        }
-        // Existing entries were checked when the MANIFEST was decoded.
-        check_partition_count(partitions)?;
         let mut next = manifest.clone();
-        next.logs.push(LogEntry {
-            name: name.into(),
-            partitions,
-            owner,
-        });
+        if let Some(recorded) = next.logs.iter_mut().find(|e| e.name == entry.name) {
+            let (name, partitions, owner) = (&entry.name, entry.partitions, entry.owner);
+            check_same(name, recorded.partitions, partitions, recorded.owner, owner)?;
+            let changed = match (&recorded.options, &entry.options) {
+                (Some(old), Some(new)) => recorded_options::changed(old, new),
+                (None, _) => vec!["(first recorded)"],
+                (_, None) => Vec::new(),
+            };
+            if !record_options || changed.is_empty() {
+                return Ok(());
+            }
+            tracing::info!(log = %name, changed = ?changed, "recording the log's new options");
+            recorded.options = entry.options;
+        } else {
+            // Existing entries were checked when the MANIFEST was decoded.
+            check_partition_count(entry.partitions)?;
+            next.logs.push(entry);
+        }
         next.store(&*self.inner.fs, &self.inner.root)?;
         *manifest = next;
         Ok(())
@@ -349,7 +399,6 @@ impl Store {
     }
 }
 
-/// Refuses to open an existing log with another partition count or owner.
 /// Refuses a partition count a log cannot have.
 fn check_partition_count(partitions: u32) -> StoreResult<()> {
     if partitions == 0 || partitions > i32::MAX as u32 {
@@ -360,6 +409,7 @@ fn check_partition_count(partitions: u32) -> StoreResult<()> {
     Ok(())
 }
 
+/// Refuses to open an existing log with another partition count or owner.
 fn check_same(
     name: &str,
     existing: u32,

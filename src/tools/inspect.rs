@@ -6,6 +6,7 @@ use std::path::Path;
 use super::verify::segment_files;
 use crate::error::{IoContext, StoreError, StoreResult};
 use crate::fs::RealFs;
+use crate::log::LogOptions;
 use crate::segment::recovery::trusted_index;
 use crate::segment::{
     decode_batch, decode_segment_header, index_file_name, scan_segment, SegmentIndex,
@@ -54,7 +55,7 @@ pub fn summarize_segment(path: &Path, base: i64) -> StoreResult<SegmentSummary> 
 }
 
 /// What `strata inspect` reports about a store.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoreSummary {
     /// The store's id (hex), from its MANIFEST.
     pub store_id: String,
@@ -63,10 +64,12 @@ pub struct StoreSummary {
 }
 
 /// One log of a [`StoreSummary`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogSummary {
     /// Log name.
     pub name: String,
+    /// The options its MANIFEST entry records (`None`: not recorded yet).
+    pub options: Option<LogOptions>,
     /// Its partitions (`None` for one not created on disk yet).
     pub partitions: Vec<Option<PartitionSummary>>,
 }
@@ -104,6 +107,7 @@ pub fn summarize_store(root: &Path) -> StoreResult<StoreSummary> {
         }
         logs.push(LogSummary {
             name: log.name.clone(),
+            options: log.options.clone(),
             partitions,
         });
     }
@@ -150,6 +154,11 @@ pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
             log.partitions.len()
         )
         .map_err(w)?;
+        let options = log.options.as_ref().map_or_else(
+            || "not recorded (not opened since an earlier version)".into(),
+            describe_options,
+        );
+        writeln!(out, "  options: {options}").map_err(w)?;
         for (partition, p) in log.partitions.iter().enumerate() {
             let Some(p) = p else {
                 writeln!(out, "  partition {partition}: not created yet").map_err(w)?;
@@ -178,6 +187,30 @@ pub fn inspect_store(root: &Path, out: &mut dyn Write) -> StoreResult<()> {
         }
     }
     Ok(())
+}
+
+/// The recorded options of a log on one line.
+pub fn describe_options(o: &LogOptions) -> String {
+    let c = &o.compaction;
+    let compaction = if c.enabled { "on" } else { "off (calls only)" };
+    format!(
+        "durability {:?}, compression {:?}, segment_bytes {}, index_interval_bytes {}, \
+         retention max_bytes {:?} max_age {:?}, compaction {compaction} delete_retention {:?} \
+         min_cleanable_ratio {} max_key_map_bytes {}, maintenance_interval {:?}, \
+         journal_bytes {}, max_unsynced_bytes {}",
+        o.durability,
+        o.compression,
+        o.segment_bytes,
+        o.index_interval_bytes,
+        o.retention.max_bytes,
+        o.retention.max_age,
+        c.delete_retention,
+        c.min_cleanable_ratio,
+        c.max_key_map_bytes,
+        o.maintenance_interval,
+        o.journal_bytes,
+        o.max_unsynced_bytes,
+    )
 }
 
 fn preview(bytes: &[u8]) -> String {

@@ -724,15 +724,22 @@ fn small_log() -> LogOptions {
         .with_journal_bytes(64 << 10)
 }
 
-/// Log creations one after another (each a MANIFEST replacement): every log whose creation was
-/// acknowledged is there after a power cut, with its partition count.
+/// Log creations one after another, then a log reopened with other options (each a MANIFEST
+/// replacement): every log whose creation was acknowledged is there after a power cut, with
+/// its partition count and options, and an acknowledged change of options is recorded.
 pub struct Manifest;
 
-/// Logs created (name, partitions).
+/// Logs created (name, partitions), and whether log-0's change of options was acknowledged.
 #[derive(Debug, Default)]
 pub struct ManifestAcks {
     pub logs: Vec<(String, u32)>,
+    pub options_changed: bool,
     pub tally: Tally,
+}
+
+/// The options log-0 is reopened with in the MANIFEST workload.
+fn changed_log() -> LogOptions {
+    small_log().with_compression(strata::Compression::Zstd { level: 1 })
 }
 
 impl Workload for Manifest {
@@ -743,7 +750,8 @@ impl Workload for Manifest {
     }
 
     fn run(&self, disk: &Disk, acks: &mut ManifestAcks, between: &dyn Fn()) {
-        let Some((store, _)) = open_log(disk, (&mut acks.tally, between), "log-0", 1, small_log())
+        let Some((store, log0)) =
+            open_log(disk, (&mut acks.tally, between), "log-0", 1, small_log())
         else {
             return;
         };
@@ -762,6 +770,12 @@ impl Workload for Manifest {
                 Err(_) => acks.tally.error(),
             }
         }
+        if !disk.dead() && log0.close_blocking().is_ok() {
+            match store.open_log("log-0", 1, changed_log()) {
+                Ok(_) => acks.options_changed = true,
+                Err(_) => acks.tally.error(),
+            }
+        }
         let probe = |n| store.open_log(&format!("probe-{n}"), 1, small_log());
         acks.tally.probe_ok = !disk.dead() && (probe(0).is_ok() || probe(1).is_ok());
         let _ = store.close_blocking();
@@ -774,10 +788,20 @@ impl Workload for Manifest {
             .into_iter()
             .map(|l| (l.name, l.partitions))
             .collect();
+        let compression = |name: &str| store.log_options(name).map(|o| o.compression);
+        if acks.options_changed {
+            assert_eq!(compression("log-0"), Some(changed_log().compression));
+        }
         for log in &acks.logs {
             assert!(
                 present.contains(log),
                 "log {log:?} was created, then lost: {present:?}"
+            );
+            let options = compression(&log.0);
+            let opened_with = [small_log().compression, changed_log().compression];
+            assert!(
+                options.is_some_and(|c| opened_with.contains(&c)),
+                "log {log:?} records options it was never opened with: {options:?}"
             );
             store
                 .open_log(&log.0, log.1, small_log())
