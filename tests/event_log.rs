@@ -650,6 +650,93 @@ async fn a_consumer_resumes_from_its_committed_position_after_a_restart() {
     assert_eq!(reopened.committed("meta", "indexer", 0), Some(3));
 }
 
+/// Positions are listed in order and deleted durably, one partition or all of a consumer's at
+/// once; a deletion stays through compaction and a restart, and commits and deletions racing
+/// on one key end where the log's order ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumers_positions_are_listed_and_deleted_durably() {
+    use strata::event_log::{CommittedPosition, ConsumerPositions};
+    let dir = tempfile::tempdir().unwrap();
+    let position = |consumer: &str, partition, offset| CommittedPosition {
+        log: "meta".into(),
+        consumer: consumer.into(),
+        partition,
+        offset,
+    };
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let positions = ConsumerPositions::open(&store).unwrap();
+        for (consumer, partition, offset) in [("b", 1, 7), ("a", 0, 3), ("b", 0, 5), ("b", 2, 9)] {
+            positions
+                .commit("meta", consumer, partition, offset)
+                .await
+                .unwrap();
+        }
+        let listed = positions.positions();
+        assert_eq!(
+            listed,
+            vec![
+                position("a", 0, 3),
+                position("b", 0, 5),
+                position("b", 1, 7),
+                position("b", 2, 9)
+            ]
+        );
+        assert_eq!(positions.delete("meta", "b", Some(1)).await.unwrap(), 1);
+        assert_eq!(positions.committed("meta", "b", 1), None);
+        let high = positions.log().high_water_mark(0).unwrap();
+        assert_eq!(positions.delete("meta", "nobody", None).await.unwrap(), 0);
+        assert_eq!(positions.delete("other", "b", None).await.unwrap(), 0);
+        assert_eq!(
+            positions.log().high_water_mark(0).unwrap(),
+            high,
+            "nothing written"
+        );
+        assert!(positions.delete("meta", "", None).await.is_err());
+        positions.log().roll_blocking(0).unwrap();
+        positions.log().compact_blocking(strata::now_ms()).unwrap();
+        store.close_blocking().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let positions = Arc::new(ConsumerPositions::open(&store).unwrap());
+    assert_eq!(
+        positions.positions(),
+        vec![
+            position("a", 0, 3),
+            position("b", 0, 5),
+            position("b", 2, 9)
+        ],
+        "the deletion outlived compaction and the restart"
+    );
+    assert_eq!(positions.delete("meta", "b", None).await.unwrap(), 2);
+    assert_eq!(positions.positions(), vec![position("a", 0, 3)]);
+    positions.commit("meta", "b", 0, 11).await.unwrap();
+    // A commit and a deletion racing on one key: memory ends where a reopen ends.
+    let racers: Vec<_> = (0..16)
+        .map(|i| {
+            let positions = positions.clone();
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    positions.commit("meta", "racer", 0, i).await.map(drop)
+                } else {
+                    positions.delete("meta", "racer", Some(0)).await.map(drop)
+                }
+            })
+        })
+        .collect();
+    for racer in racers {
+        racer.await.unwrap().unwrap();
+    }
+    let in_memory = positions.positions();
+    drop(positions);
+    store.close_blocking().unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let reopened = ConsumerPositions::open(&store).unwrap();
+    assert_eq!(reopened.positions(), in_memory);
+    assert_eq!(reopened.committed("meta", "b", 0), Some(11));
+}
+
 /// A read error reaches the consumer: the checked stream delivers every record before the
 /// damage, then the error naming the segment file as its last item, then ends; the seam's
 /// stream delivers the same records and ends instead of waiting.

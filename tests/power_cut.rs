@@ -247,6 +247,7 @@ fn consumer_positions_survive_every_power_cut_and_fault() {
         acks.compacted > 0,
         "compaction removed superseded commits: {acks:?}"
     );
+    assert!(acks.deleted >= 2, "deletions removed positions: {acks:?}");
     explore(&Positions, OpKinds::SYNC_RENAME_UNLINK);
     fail_each_operation(&Positions, 2);
     fill_disk_at_fractions(&Positions);

@@ -18,7 +18,7 @@ use strata::{LogOptions, Store};
 /// Writes one line to stdout (see [`emit`]).
 macro_rules! say {
     ($($arg:tt)*) => {
-        emit(format_args!($($arg)*))
+        $crate::emit(format_args!($($arg)*))
     };
 }
 
@@ -31,6 +31,8 @@ fn emit(line: std::fmt::Arguments<'_>) {
         output_failed(&e);
     }
 }
+
+mod positions;
 
 /// Ends the process after the output failed (see [`emit`]).
 fn output_failed(e: &std::io::Error) -> ! {
@@ -179,6 +181,12 @@ enum Command {
         /// Log name.
         log: String,
     },
+    /// Consumer positions: list them with their lag, reset or delete a consumer's (takes the
+    /// store's lock).
+    Positions {
+        #[command(subcommand)]
+        command: positions::PositionsCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -226,6 +234,7 @@ fn main() -> ExitCode {
             last,
         } => read(&dir, &log, partition, ReadFrom::Last(last), last),
         Command::Compact { dir, log } => compact(&dir, &log),
+        Command::Positions { command } => positions::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -409,8 +418,7 @@ fn open_groups(
 
 /// `strata backup`: opens the store and writes the backup.
 fn backup(dir: &Path, dest: &Path, json: bool) -> Result<(), String> {
-    require_store(dir)?;
-    let store = Store::open(dir).map_err(|e| e.to_string())?;
+    let store = open_store(dir)?;
     let report = store.backup(dest).map_err(|e| e.to_string())?;
     print_copy("backed up", dir, dest, &report, json);
     Ok(())
@@ -463,11 +471,16 @@ fn require_store(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Opens the store in `dir`, which must be one (a tool never turns a directory into a store).
+fn open_store(dir: &std::path::Path) -> Result<Store, String> {
+    require_store(dir)?;
+    Store::open(dir).map_err(|e| e.to_string())
+}
+
 /// Opens log `name` of the store in `dir` as the MANIFEST records it (partition count and
 /// options), recording nothing.
 fn open_existing(dir: &std::path::Path, name: &str) -> Result<(Store, strata::Log), String> {
-    require_store(dir)?;
-    let store = Store::open(dir).map_err(|e| e.to_string())?;
+    let store = open_store(dir)?;
     if !store.logs().iter().any(|l| l.name == name) {
         return Err(format!("the store has no log {name:?}"));
     }

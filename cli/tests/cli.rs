@@ -290,6 +290,14 @@ fn tools_refuse_a_directory_that_is_not_a_store_and_change_nothing() {
         vec!["tail".as_ref(), d, "events".as_ref()],
         vec!["compact".as_ref(), d, "events".as_ref()],
         vec!["backup".as_ref(), d, dest.as_os_str()],
+        vec!["positions".as_ref(), "list".as_ref(), d],
+        vec![
+            "positions".as_ref(),
+            "delete".as_ref(),
+            d,
+            "events".as_ref(),
+            "c".as_ref(),
+        ],
     ];
     for args in commands {
         let out = Command::new(env!("CARGO_BIN_EXE_strata"))
@@ -427,4 +435,128 @@ fn compact_runs_a_log_with_its_recorded_options() {
         "100".as_ref(),
     ]);
     assert_eq!(again, lines, "nothing changed");
+}
+
+/// `strata positions` lists each consumer's position with its lag, resets one partition or
+/// all of them (refusing an offset outside the partition, changing nothing), and deletes.
+#[test]
+fn positions_are_listed_reset_and_deleted() {
+    use strata::event_log::{CommittedPosition, ConsumerPositions};
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let log = store.open_log("orders", 2, LogOptions::default()).unwrap();
+        for partition in 0..2 {
+            let records = (0..10)
+                .map(|_| NewRecord::value(1, Bytes::from_static(b"o")))
+                .collect();
+            log.append_blocking(partition, records).unwrap();
+        }
+        let positions = ConsumerPositions::open(&store).unwrap();
+        rt.block_on(positions.commit("orders", "billing", 0, 4))
+            .unwrap();
+        rt.block_on(positions.commit("orders", "billing", 1, 10))
+            .unwrap();
+        rt.block_on(positions.commit("orders", "audit", 0, 0))
+            .unwrap();
+        drop(positions);
+        store.close_blocking().unwrap();
+    }
+    let d = dir.path().as_os_str();
+    let run = |args: &[&str]| {
+        let mut all: Vec<&std::ffi::OsStr> = vec!["positions".as_ref(), args[0].as_ref(), d];
+        all.extend(args[1..].iter().map(std::ffi::OsStr::new));
+        strata(&all)
+    };
+    let table = run(&["list"]);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            vec!["orders", "audit", "0", "0", "10", "10"],
+            vec!["orders", "billing", "0", "4", "10", "6"],
+            vec!["orders", "billing", "1", "10", "10", "0"],
+        ],
+        "{table}"
+    );
+    let json = run(&["list", "--json"]);
+    let first: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert_eq!(first["consumer"], "audit");
+    assert_eq!(first["lag"], 10);
+
+    run(&[
+        "reset",
+        "orders",
+        "billing",
+        "--partition",
+        "0",
+        "--to",
+        "7",
+    ]);
+    run(&["reset", "orders", "audit", "--latest"]);
+    let refused = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "positions".as_ref(),
+            "reset".as_ref(),
+            d,
+            "orders".as_ref(),
+            "billing".as_ref(),
+        ])
+        .args(["--to", "11"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("outside") && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+    let committed: Vec<(String, u64, i64)> = run(&["list", "--json"])
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| {
+            let consumer = v["consumer"].as_str().unwrap().to_string();
+            (
+                consumer,
+                v["partition"].as_u64().unwrap(),
+                v["committed"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("audit", 0, 10),
+        ("audit", 1, 10),
+        ("billing", 0, 7),
+        ("billing", 1, 10),
+    ];
+    let expected: Vec<(String, u64, i64)> = expected
+        .iter()
+        .map(|(c, p, o)| (c.to_string(), *p, *o))
+        .collect();
+    assert_eq!(
+        committed, expected,
+        "reset as asked, and the refused reset changed nothing"
+    );
+    let deleted = run(&["delete", "orders", "billing"]);
+    assert!(deleted.contains("2 position(s) deleted"), "{deleted}");
+
+    let store = Store::open(dir.path()).unwrap();
+    let positions = ConsumerPositions::open(&store).unwrap();
+    let at = |consumer: &str, partition, offset| CommittedPosition {
+        log: "orders".into(),
+        consumer: consumer.into(),
+        partition,
+        offset,
+    };
+    assert_eq!(
+        positions.positions(),
+        vec![at("audit", 0, 10), at("audit", 1, 10)]
+    );
 }

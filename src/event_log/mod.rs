@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use positions::{positions_log_options, ConsumerPositions, POSITIONS_LOG};
+pub use positions::{positions_log_options, CommittedPosition, ConsumerPositions, POSITIONS_LOG};
 pub use seam::{
     AssignmentHandle, KeyedEvent, MetadataEventLog, MetadataEventRecord, MetadataEventStream,
     MetadataLogError, PartitionStart, RangeVisitor,

@@ -4,7 +4,8 @@
 //! Positions live in the internal log `__positions` (one partition, keyed by log, consumer and
 //! partition, compacted in the background so it keeps about one record per key). A commit is
 //! one append with the log's durability (`Sync` by default: durable when it returns), then
-//! memory: persist, then apply. Concurrent commits of one key keep the one the log ordered last.
+//! memory: persist, then apply; a deletion is a tombstone appended the same way. Concurrent
+//! commits and deletions of one key keep the one the log ordered last.
 //! Open one [`ConsumerPositions`] per store and share it (it is `Send + Sync`). The record
 //! format is format/POSITIONS.md.
 
@@ -39,13 +40,38 @@ pub fn positions_log_options() -> LogOptions {
 /// Which position: the log, the consumer's name and the partition.
 type PositionKey = (String, String, u32);
 
+/// One committed position (see [`ConsumerPositions::positions`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CommittedPosition {
+    /// The log the consumer reads.
+    pub log: String,
+    /// The consumer's name.
+    pub consumer: String,
+    /// The partition.
+    pub partition: u32,
+    /// The committed offset (the next one the consumer reads).
+    pub offset: i64,
+}
+
 /// The committed positions of every consumer of a store.
 #[derive(Debug)]
 pub struct ConsumerPositions {
     log: Log,
-    /// Committed offset per key, with the offset of the record that committed it (the log's
-    /// order decides between concurrent commits).
-    committed: Mutex<HashMap<PositionKey, (i64, i64)>>,
+    /// Per key, the committed offset (`None`: deleted) with the offset of the record that set
+    /// it (the log's order decides between concurrent commits and deletions).
+    committed: Mutex<Committed>,
+}
+
+/// Per key, the committed offset (`None`: deleted) and the offset of the record that set it.
+type Committed = HashMap<PositionKey, (Option<i64>, i64)>;
+
+/// Sets `key` to `offset` as the record at `at` says, unless a record the log ordered later
+/// already set it.
+fn apply(committed: &mut Committed, key: PositionKey, offset: Option<i64>, at: i64) {
+    let entry = committed.entry(key).or_insert((offset, at));
+    if at >= entry.1 {
+        *entry = (offset, at);
+    }
 }
 
 impl ConsumerPositions {
@@ -63,9 +89,15 @@ impl ConsumerPositions {
         let low = log.low_water_mark(0)?;
         log.for_each_record(0, low, |record| {
             let key = record.key.as_deref().and_then(decode_key);
-            let value = record.value.as_deref().and_then(decode_value);
-            if let (Some(key), Some(offset)) = (key, value) {
-                committed.insert(key, (offset, record.offset));
+            let value = record.value.as_deref().map(decode_value);
+            match (key, value) {
+                (Some(key), Some(Some(offset))) => {
+                    committed.insert(key, (Some(offset), record.offset));
+                }
+                (Some(key), None) => {
+                    committed.insert(key, (None, record.offset));
+                }
+                _ => {}
             }
             Ok::<(), StoreError>(())
         })?;
@@ -92,20 +124,69 @@ impl ConsumerPositions {
             Some(Bytes::copy_from_slice(&offset.to_be_bytes())),
         );
         let (at, _) = self.log.append(0, vec![record]).await?;
-        let mut committed = self.lock();
-        let entry = committed
-            .entry((key.0, key.1, partition))
-            .or_insert((offset, at));
-        if at >= entry.1 {
-            *entry = (offset, at);
-        }
+        apply(
+            &mut self.lock(),
+            (key.0, key.1, partition),
+            Some(offset),
+            at,
+        );
         Ok(())
+    }
+
+    /// Durably removes what `consumer` committed for `log_name`: the position of `partition`,
+    /// or of every partition when `None` (one batch of tombstones: all or none). Answers how
+    /// many positions it removed; a consumer without one removes nothing and writes nothing.
+    pub async fn delete(
+        &self,
+        log_name: &str,
+        consumer: &str,
+        partition: Option<u32>,
+    ) -> StoreResult<usize> {
+        validate(log_name, consumer, 0)?;
+        let keys: Vec<PositionKey> = self
+            .positions()
+            .into_iter()
+            .filter(|p| p.log == log_name && p.consumer == consumer)
+            .filter(|p| partition.is_none_or(|want| p.partition == want))
+            .map(|p| (p.log, p.consumer, p.partition))
+            .collect();
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let tombstones = keys
+            .iter()
+            .map(|(l, c, p)| NewRecord::keyed(crate::now_ms(), encode_key(l, c, *p).into(), None))
+            .collect();
+        let (first, _) = self.log.append(0, tombstones).await?;
+        let mut committed = self.lock();
+        for (at, key) in (first..).zip(keys.iter().cloned()) {
+            apply(&mut committed, key, None, at);
+        }
+        Ok(keys.len())
     }
 
     /// The offset `consumer` committed for `partition` of `log_name`, if any.
     pub fn committed(&self, log_name: &str, consumer: &str, partition: u32) -> Option<i64> {
         let key = (log_name.to_string(), consumer.to_string(), partition);
-        self.lock().get(&key).map(|(offset, _)| *offset)
+        self.lock().get(&key).and_then(|(offset, _)| *offset)
+    }
+
+    /// Every committed position, ordered by log, consumer and partition.
+    pub fn positions(&self) -> Vec<CommittedPosition> {
+        let mut all: Vec<CommittedPosition> = self
+            .lock()
+            .iter()
+            .filter_map(|((log, consumer, partition), (offset, _))| {
+                Some(CommittedPosition {
+                    log: log.clone(),
+                    consumer: consumer.clone(),
+                    partition: *partition,
+                    offset: (*offset)?,
+                })
+            })
+            .collect();
+        all.sort();
+        all
     }
 
     /// How many records of `partition` of `log` `consumer` has not processed: the high-water
@@ -128,7 +209,7 @@ impl ConsumerPositions {
         &self.log
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PositionKey, (i64, i64)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Committed> {
         self.committed.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
