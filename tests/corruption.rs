@@ -327,3 +327,48 @@ fn damage_below_what_a_checkpoint_recorded_is_corruption_even_with_nothing_after
         Err(StoreError::Corrupt { .. })
     ));
 }
+
+/// The lock-free reader of the tools (`strata read`/`tail`): damage in a sealed segment is an
+/// error naming the file and the batch, while an incomplete batch in the last segment is the
+/// end of the data (a writer may be in the middle of it).
+#[test]
+fn a_live_reader_names_damage_in_a_sealed_segment_and_ends_at_a_torn_last_batch() {
+    use std::ops::ControlFlow;
+    use strata::tools::live::LivePartition;
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path());
+    let part = LivePartition::open(dir.path(), "l", 0).unwrap();
+    let offsets = || {
+        let mut seen = Vec::new();
+        let next = part.scan(0, None, &mut |r| {
+            seen.push(r.offset);
+            Ok(ControlFlow::Continue(()))
+        });
+        next.map(|next| (seen, next))
+    };
+    assert_eq!(offsets().unwrap(), ((0..10).collect(), 10));
+    let path = segment(dir.path(), 0);
+    let original = std::fs::read(&path).unwrap();
+    for i in 0..data_len(dir.path(), 0) + 8 {
+        let mut damaged = original.clone();
+        damaged[i] ^= 0x01;
+        std::fs::write(&path, &damaged).unwrap();
+        match offsets() {
+            Err(StoreError::Corrupt { file, offset, .. }) => {
+                assert_eq!(file, path, "flip at byte {i}");
+                assert!(offset <= i as u64, "flip at byte {i} reported at {offset}");
+            }
+            other => panic!("a flip at byte {i} was not reported as corruption: {other:?}"),
+        }
+    }
+    std::fs::write(&path, &original).unwrap();
+    let last = segment(dir.path(), 9);
+    let mut torn = std::fs::read(&last).unwrap();
+    torn[data_len(dir.path(), 9) - 3] ^= 0x01;
+    std::fs::write(&last, &torn).unwrap();
+    assert_eq!(
+        offsets().unwrap(),
+        ((0..9).collect(), 9),
+        "ends before the torn batch"
+    );
+}

@@ -12,8 +12,9 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use strata::event_log::{DiskEventLog, KeyedEvent, MetadataEventLog, PartitionStart};
 use strata::log::CompactionPolicy;
+use strata::tools::live::LivePartition;
 use strata::tools::read::ReadFrom;
-use strata::{LogOptions, Store};
+use strata::{LogOptions, Store, StoreError};
 
 /// Writes one line to stdout (see [`emit`]).
 macro_rules! say {
@@ -44,10 +45,15 @@ fn output_failed(e: &std::io::Error) -> ! {
 }
 
 /// A tool's result as the command line reports it (output failures end the process).
-fn tool_result(result: Result<(), strata::StoreError>) -> Result<(), String> {
-    match result {
-        Err(strata::StoreError::Output(e)) => output_failed(&e),
-        result => result.map_err(|e| e.to_string()),
+fn tool_result(result: Result<(), StoreError>) -> Result<(), String> {
+    result.map_err(tool_error)
+}
+
+/// A tool's error as the command line reports it (an output failure ends the process).
+fn tool_error(e: StoreError) -> String {
+    match e {
+        StoreError::Output(e) => output_failed(&e),
+        e => e.to_string(),
     }
 }
 
@@ -119,8 +125,8 @@ enum Command {
         /// Segment file (`.seg`).
         segment: PathBuf,
     },
-    /// Print records of one partition of a log as JSON lines, from an offset or a time (takes
-    /// the store's lock: run it while no application has the store open).
+    /// Print records of one partition of a log as JSON lines, from an offset or a time (reads
+    /// without the store's lock and writes nothing, so an application may hold the store open).
     Read {
         /// Store directory.
         dir: PathBuf,
@@ -139,7 +145,8 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         max: u64,
     },
-    /// Print the last records of one partition of a log as JSON lines (takes the store's lock).
+    /// Print the last records of one partition of a log as JSON lines, and with `--follow`
+    /// every record appended after them (without the store's lock, like `read`).
     Tail {
         /// Store directory.
         dir: PathBuf,
@@ -151,6 +158,9 @@ enum Command {
         /// How many of the last records to print.
         #[arg(long, default_value_t = 10)]
         last: u64,
+        /// Keep printing records as they are appended, until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
     },
     /// Write a consistent copy of a store (its logs, a checkpoint of every group's state, the
     /// local cold store) into a new directory, which `strata verify` and `strata restore` take.
@@ -232,7 +242,8 @@ fn main() -> ExitCode {
             log,
             partition,
             last,
-        } => read(&dir, &log, partition, ReadFrom::Last(last), last),
+            follow,
+        } => tail(&dir, &log, partition, last, follow),
         Command::Compact { dir, log } => compact(&dir, &log),
         Command::Positions { command } => positions::run(command),
     };
@@ -495,11 +506,35 @@ fn read(
     from: ReadFrom,
     max: u64,
 ) -> Result<(), String> {
-    let (_store, log) = open_existing(dir, name)?;
+    require_store(dir)?;
+    let part = LivePartition::open(dir, name, partition).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();
-    let written = strata::tools::read::write_records(&log, partition, from, max, &mut out);
-    tool_result(written.map(drop))?;
-    log.close_blocking().map_err(|e| e.to_string())
+    let written = strata::tools::read::write_records(&part, partition, from, max, &mut out);
+    tool_result(written.map(drop))
+}
+
+/// How often `tail --follow` looks for new records.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+fn tail(dir: &Path, name: &str, partition: u32, last: u64, follow: bool) -> Result<(), String> {
+    require_store(dir)?;
+    let part = LivePartition::open(dir, name, partition).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    let write = |from, max, out: &mut std::io::StdoutLock<'_>| {
+        use std::io::Write;
+        let (_, next) = strata::tools::read::write_records(&part, partition, from, max, out)
+            .map_err(tool_error)?;
+        out.flush().map_err(|e| tool_error(StoreError::Output(e)))?;
+        Ok::<i64, String>(next)
+    };
+    let mut next = write(ReadFrom::Last(last), last, &mut out)?;
+    if !follow {
+        return Ok(());
+    }
+    loop {
+        std::thread::sleep(FOLLOW_POLL);
+        next = write(ReadFrom::Offset(next), u64::MAX, &mut out)?;
+    }
 }
 
 fn compact(dir: &std::path::Path, name: &str) -> Result<(), String> {
@@ -532,7 +567,7 @@ fn bar(len: u64, what: &str) -> ProgressBar {
 }
 
 async fn demo(dir: PathBuf, events: usize, publishers: usize) -> Result<(), String> {
-    let err = |e: strata::StoreError| e.to_string();
+    let err = |e: StoreError| e.to_string();
     let merr = |e: strata::event_log::MetadataLogError| e.to_string();
     const PARTITIONS: u32 = 8;
     const KEYS: usize = 1000;

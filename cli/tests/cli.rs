@@ -560,3 +560,93 @@ fn positions_are_listed_reset_and_deleted() {
         vec![at("audit", 0, 10), at("audit", 1, 10)]
     );
 }
+
+/// With an application (this test) holding the store open and appending: `read`, `tail` and
+/// `inspect` work without its lock and change nothing, `tail --follow` prints what is appended
+/// after it started (across segment rolls), and the commands that need the store's lock say
+/// it is held, changing nothing.
+#[test]
+fn the_read_tools_work_on_a_store_an_application_holds_open() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let options = LogOptions::default().with_segment_bytes(4096);
+    let log = store.open_log("events", 1, options).unwrap();
+    let append = |i: usize| {
+        let value = Bytes::from(format!("{i:04}-{}", "x".repeat(900)));
+        log.append_blocking(0, vec![NewRecord::value(1, value)])
+            .unwrap();
+    };
+    (0..5).for_each(append);
+    let d = dir.path().as_os_str();
+    let offsets = |out: String| -> Vec<i64> {
+        let parse = |l: &str| serde_json::from_str::<serde_json::Value>(l).unwrap();
+        out.lines()
+            .map(|l| parse(l)["offset"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        offsets(strata(&["read".as_ref(), d, "events".as_ref()])),
+        vec![0, 1, 2, 3, 4]
+    );
+    let tail = strata(&[
+        "tail".as_ref(),
+        d,
+        "events".as_ref(),
+        "--last".as_ref(),
+        "2".as_ref(),
+    ]);
+    assert_eq!(offsets(tail), vec![3, 4]);
+    assert!(strata(&["inspect".as_ref(), d]).contains("log \"events\""));
+
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "tail".as_ref(),
+            d,
+            "events".as_ref(),
+            "--last".as_ref(),
+            "1".as_ref(),
+        ])
+        .arg("--follow")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if lines_tx.send(v["offset"].as_i64().unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(20);
+    assert_eq!(lines.recv_timeout(wait), Ok(4), "the last record first");
+    (5..25).for_each(append);
+    let followed: Vec<i64> = (5..25).map(|_| lines.recv_timeout(wait).unwrap()).collect();
+    assert_eq!(
+        followed,
+        (5..25).collect::<Vec<i64>>(),
+        "every append, in order"
+    );
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+
+    for args in [
+        vec!["compact".as_ref(), d, "events".as_ref()],
+        vec!["positions".as_ref(), "list".as_ref(), d],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} ran beside the application");
+        assert!(stderr.contains("already open"), "{args:?}: {stderr}");
+    }
+    assert_eq!(log.high_water_mark(0).unwrap(), 25);
+    drop(log);
+    store.close_blocking().unwrap();
+}

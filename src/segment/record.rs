@@ -25,6 +25,16 @@ impl Record {
         self.key.is_some() && self.value.is_none()
     }
 
+    /// A borrowed view of this record.
+    pub fn as_ref(&self) -> RecordRef<'_> {
+        RecordRef {
+            offset: self.offset,
+            timestamp: self.timestamp,
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+        }
+    }
+
     /// Bytes this record occupies inside an uncompressed records section.
     pub fn encoded_len(&self) -> usize {
         RECORD_FIXED_LEN

@@ -6,6 +6,7 @@ pub mod bench;
 #[cfg(feature = "tools")]
 pub mod group_bench;
 pub mod inspect;
+pub mod live;
 pub mod read;
 pub mod verify;
 

@@ -1,74 +1,91 @@
 //! `strata read` and `strata tail`: records of one partition of a log as JSON lines, chosen by
-//! offset, by time, or as the last N.
+//! offset, by time, or as the last N. They read through [`LivePartition`]: no lock and no write,
+//! so they work on a store an application holds open.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 
-use crate::log::Log;
-use crate::segment::RecordRef;
+use super::live::LivePartition;
+use crate::segment::{Record, RecordRef};
 use crate::{StoreError, StoreResult};
 
 /// Where a read starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadFrom {
-    /// At this offset (the low-water mark if it is below it).
+    /// At this offset (the first record held if it is below it).
     Offset(i64),
     /// At the first record whose timestamp (ms since the Unix epoch) is at or after this.
     Time(i64),
-    /// At the last `n` records before the high-water mark (offsets keyed compaction removed
-    /// are not records: the read starts far enough back to find `n`, or at the low-water mark).
+    /// At the last `n` records (offsets keyed compaction removed are not records: the read
+    /// starts far enough back to find `n`, or at the first record).
     Last(u64),
 }
 
-/// Writes at most `max` records of `partition` of `log`, from `from` on, one JSON object per
-/// line (see [`record_json`]); returns how many it wrote.
+/// Writes at most `max` records of `partition` from `from` on, one JSON object per line (see
+/// [`record_json`]). Answers how many it wrote and the offset a later read (`tail --follow`)
+/// goes on from.
 pub fn write_records(
-    log: &Log,
+    part: &LivePartition,
     partition: u32,
     from: ReadFrom,
     max: u64,
     out: &mut dyn Write,
-) -> StoreResult<u64> {
-    let low = log.low_water_mark(partition)?;
-    let high = log.high_water_mark(partition)?;
+) -> StoreResult<(u64, i64)> {
     let start = match from {
-        ReadFrom::Offset(offset) => offset.max(low),
-        ReadFrom::Time(ms) => log.offset_for_timestamp(partition, ms)?.unwrap_or(high),
-        ReadFrom::Last(n) => last_start(log, partition, n, (low, high))?,
+        ReadFrom::Offset(offset) => offset,
+        ReadFrom::Time(ms) => first_at_or_after(part, ms)?,
+        ReadFrom::Last(n) => last_start(part, n)?,
     };
-    // A window of as many offsets as records are still wanted holds at most that many records
-    // (compaction leaves gaps), so the windows go on until `max` are written or the end.
     let mut written = 0;
-    let mut at = start;
-    while at < high && written < max {
-        let wanted = i64::try_from(max - written).unwrap_or(i64::MAX);
-        let until = at.saturating_add(wanted).min(high);
-        log.visit(partition, at, until, &mut |r: RecordRef<'_>| {
-            writeln!(out, "{}", record_json(partition, &r)).map_err(StoreError::Output)?;
-            written += 1;
-            Ok::<(), StoreError>(())
-        })?;
-        at = until;
+    if max == 0 {
+        return Ok((0, start));
     }
-    Ok(written)
+    let next = part.scan(start, None, &mut |r: Record| {
+        let line = record_json(partition, &r.as_ref());
+        writeln!(out, "{line}").map_err(StoreError::Output)?;
+        written += 1;
+        Ok(if written >= max {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        })
+    })?;
+    Ok((written, next))
 }
 
-/// The offset from which `[start, high)` holds the last `n` records of `partition` (or all of
-/// them, from `low`). Each step back covers as many offsets as records are missing, so the
-/// range never holds more than `n`; each step counts only the offsets it added.
-fn last_start(log: &Log, partition: u32, n: u64, (low, high): (i64, i64)) -> StoreResult<i64> {
-    let back = |from: i64, by: u64| from.saturating_sub(i64::try_from(by).unwrap_or(i64::MAX));
-    let (mut start, mut counted_from, mut count) = (back(high, n).max(low), high, 0u64);
-    loop {
-        log.visit(partition, start, counted_from, &mut |_: RecordRef<'_>| {
-            count += 1;
-            Ok::<(), StoreError>(())
+/// The offset of the first record whose timestamp is at or after `ms` (past the data if none).
+fn first_at_or_after(part: &LivePartition, ms: i64) -> StoreResult<i64> {
+    let mut found = None;
+    let end = part.scan(i64::MIN, None, &mut |r: Record| {
+        Ok(match r.timestamp >= ms {
+            true => {
+                found = Some(r.offset);
+                ControlFlow::Break(())
+            }
+            false => ControlFlow::Continue(()),
+        })
+    })?;
+    Ok(found.unwrap_or(end))
+}
+
+/// The offset of the `n`th record from the end (the first record when there are fewer). Counts
+/// one segment at a time from the last, so it reads only the segments that hold them.
+fn last_start(part: &LivePartition, n: u64) -> StoreResult<i64> {
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    let (mut counted, mut end) = (0usize, None);
+    for base in part.segment_bases()?.into_iter().rev() {
+        let mut offsets = Vec::new();
+        part.scan(base, end, &mut |r: Record| {
+            offsets.push(r.offset);
+            Ok(ControlFlow::Continue(()))
         })?;
-        if count >= n || start <= low {
-            return Ok(start);
+        if counted + offsets.len() >= n {
+            return Ok(offsets[offsets.len() - (n - counted)]);
         }
-        counted_from = start;
-        start = back(start, n - count).max(low);
+        counted += offsets.len();
+        end = Some(base);
     }
+    Ok(i64::MIN)
 }
 
 /// One record as a JSON object: `partition`, `offset`, `timestamp`, then `key` and `value` as
