@@ -33,7 +33,7 @@ enum Backend {
 pub struct ColdStore {
     backend: Backend,
     description: String,
-    cache: Arc<Mutex<ObjectCache>>,
+    cache: Arc<ObjectCache>,
     /// Objects whose upload began and has not ended: the orphan sweep leaves them alone.
     uploading: Arc<Mutex<HashSet<String>>>,
     /// Backups in progress that need every object kept (see [`ColdStore::hold_deletes`]).
@@ -94,7 +94,7 @@ impl ColdStore {
         Self {
             backend,
             description,
-            cache: Arc::new(Mutex::new(ObjectCache::new(COLD_CACHE_BYTES))),
+            cache: Arc::new(ObjectCache::new(COLD_CACHE_BYTES)),
             uploading: Arc::new(Mutex::new(HashSet::new())),
             delete_holds: Holds::default(),
             upload_check,
@@ -159,13 +159,13 @@ impl ColdStore {
     /// [`COLD_CACHE_BYTES`], 64 MiB; any value, 0 turns caching off). Clones made after this
     /// share the new cache.
     pub fn with_cache_bytes(mut self, bytes: usize) -> Self {
-        self.cache = Arc::new(Mutex::new(ObjectCache::new(bytes)));
+        self.cache = Arc::new(ObjectCache::new(bytes));
         self
     }
 
     /// Decoded bytes the object cache holds now.
     pub fn cached_bytes(&self) -> usize {
-        self.lock_cache().bytes()
+        self.cache.bytes()
     }
 
     /// Wraps any object store; uploads are read back ([`UploadCheck::ReadBack`]) unless
@@ -358,7 +358,7 @@ impl ColdStore {
                 path: path.to_string(),
             });
         }
-        self.lock_cache().remove(path);
+        self.cache.remove(path);
         match &self.backend {
             Backend::Local(local) => {
                 let (local, path) = (local.clone(), path.to_string());
@@ -420,22 +420,18 @@ impl ColdStore {
     /// The stream bytes `[start_offset, end_offset)` that `chunk` references, checked against
     /// its length and (when it records one) its BLAKE3 payload digest, so that no intact but
     /// wrong object is ever served as a stream's bytes. A Strata object (`.sco`) is decoded
-    /// whole and cached (the cache lock is never held across the fetch); a raw object's range is
-    /// read and checked on every call.
+    /// whole and cached (readers missing the same object at once share one fetch); a raw
+    /// object's range is read and checked on every call.
     pub async fn chunk_bytes(&self, chunk: &ColdChunkRef) -> Result<Bytes, ColdError> {
         let (path, digest) = (chunk.s3_path.as_str(), chunk.payload_digest.as_str());
-        let strata_object = path.ends_with(COLD_OBJECT_SUFFIX);
-        if strata_object {
-            let cached = self.lock_cache().get(path, digest);
-            crate::metrics::cold_cache(cached.is_some());
-            if let Some(raw) = cached {
-                return Ok(raw);
-            }
+        if !path.ends_with(COLD_OBJECT_SUFFIX) {
+            return self.fetch_chunk(chunk).await;
         }
-        let bytes = self.fetch_chunk(chunk).await?;
-        if strata_object {
-            self.lock_cache().insert(path, digest, bytes.clone());
-        }
+        let fetched = self
+            .cache
+            .get_or_fetch(path, digest, self.fetch_chunk(chunk));
+        let (bytes, hit) = fetched.await?;
+        crate::metrics::cold_cache(hit);
         Ok(bytes)
     }
 
@@ -452,10 +448,6 @@ impl ColdStore {
         };
         check_chunk(chunk, &bytes, len)?;
         Ok(bytes)
-    }
-
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, ObjectCache> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
