@@ -191,8 +191,8 @@ enum Command {
         /// Log name.
         log: String,
     },
-    /// Consumer positions: list them with their lag, reset or delete a consumer's (takes the
-    /// store's lock).
+    /// Consumer positions: list them with their lag (beside a running application), reset or
+    /// delete a consumer's (these take the store's lock).
     Positions {
         #[command(subcommand)]
         command: positions::PositionsCommand,

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use strata::event_log::ConsumerPositions;
+use strata::tools::live::{self, LivePartition};
 use strata::{Log, Store};
 
 use crate::{open_store, runtime};
@@ -12,7 +13,8 @@ use crate::{open_store, runtime};
 /// What `strata positions` does.
 #[derive(Subcommand)]
 pub enum PositionsCommand {
-    /// List every committed position with its log's water marks and the consumer's lag.
+    /// List every committed position with its partition's high-water mark and the consumer's
+    /// lag (without the store's lock: an application may hold it).
     List {
         /// Store directory.
         dir: PathBuf,
@@ -76,10 +78,11 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// Lists the positions without the store's lock (an application may hold it).
 fn list(dir: &Path, json: bool) -> Result<(), String> {
-    let store = open_store(dir)?;
-    let positions = ConsumerPositions::open(&store).map_err(err)?;
-    let mut logs: HashMap<String, Option<Log>> = HashMap::new();
+    crate::require_store(dir)?;
+    let positions = live::committed_positions(dir).map_err(err)?;
+    let mut marks: HashMap<(String, u32), Option<(i64, i64)>> = HashMap::new();
     if !json {
         say!(
             "{:<20} {:<20} {:>9} {:>12} {:>12} {:>12}",
@@ -91,15 +94,13 @@ fn list(dir: &Path, json: bool) -> Result<(), String> {
             "LAG"
         );
     }
-    for p in positions.positions() {
-        let log = logs.entry(p.log.clone()).or_insert_with(|| {
-            let exists = store.logs().iter().any(|l| l.name == p.log);
-            exists
-                .then(|| store.open_recorded_log(&p.log).ok())
-                .flatten()
+    for p in positions {
+        let key = (p.log.clone(), p.partition);
+        let marks = *marks.entry(key).or_insert_with(|| {
+            // A log the store no longer holds (or a partition it never had) has no marks.
+            let part = LivePartition::open(dir, &p.log, p.partition).ok();
+            part.and_then(|part| part.water_marks().ok())
         });
-        let marks = log.as_ref().map(|log| water_marks(log, p.partition));
-        let marks = marks.transpose()?.flatten();
         let lag = marks.map(|(low, high)| (high - p.offset.max(low)).max(0));
         let show = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
         if json {
@@ -120,7 +121,7 @@ fn list(dir: &Path, json: bool) -> Result<(), String> {
             );
         }
     }
-    close(store)
+    Ok(())
 }
 
 /// A partition's low- and high-water marks (`None`: the log has no such partition).

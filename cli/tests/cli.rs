@@ -561,8 +561,8 @@ fn positions_are_listed_reset_and_deleted() {
     );
 }
 
-/// With an application (this test) holding the store open and appending: `read`, `tail` and
-/// `inspect` work without its lock and change nothing, `tail --follow` prints what is appended
+/// With an application (this test) holding the store open and appending: `read`, `tail`,
+/// `inspect` and `positions list` work without its lock and change nothing, `tail --follow` prints what is appended
 /// after it started (across segment rolls), and the commands that need the store's lock say
 /// it is held, changing nothing.
 #[test]
@@ -634,9 +634,28 @@ fn the_read_tools_work_on_a_store_an_application_holds_open() {
     follower.kill().unwrap();
     follower.wait().unwrap();
 
+    let positions = strata::event_log::ConsumerPositions::open(&store).unwrap();
+    let commit = positions.commit("events", "reader", 0, 20);
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(commit)
+        .unwrap();
+    let listed = strata(&["positions".as_ref(), "list".as_ref(), d]);
+    let row: Vec<&str> = listed.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        row,
+        vec!["events", "reader", "0", "20", "25", "5"],
+        "{listed}"
+    );
     for args in [
         vec!["compact".as_ref(), d, "events".as_ref()],
-        vec!["positions".as_ref(), "list".as_ref(), d],
+        vec![
+            "positions".as_ref(),
+            "delete".as_ref(),
+            d,
+            "events".as_ref(),
+            "reader".as_ref(),
+        ],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_strata"))
             .args(&args)

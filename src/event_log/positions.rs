@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use crate::error::{StoreError, StoreResult};
 use crate::log::{CompactionPolicy, Log, LogOptions};
-use crate::segment::NewRecord;
+use crate::segment::{NewRecord, RecordRef};
 use crate::store::Store;
 
 /// Name of the internal log that holds the positions.
@@ -63,7 +63,37 @@ pub struct ConsumerPositions {
 }
 
 /// Per key, the committed offset (`None`: deleted) and the offset of the record that set it.
-type Committed = HashMap<PositionKey, (Option<i64>, i64)>;
+pub(crate) type Committed = HashMap<PositionKey, (Option<i64>, i64)>;
+
+/// Replays one record of the positions log (in the log's order) into `committed`: a commit sets
+/// its key, a tombstone deletes it, other bytes are skipped (format/POSITIONS.md).
+pub(crate) fn replay(committed: &mut Committed, record: &RecordRef<'_>) {
+    let Some(key) = record.key.and_then(decode_key) else {
+        return;
+    };
+    match record.value.map(decode_value) {
+        Some(Some(offset)) => apply(committed, key, Some(offset), record.offset),
+        None => apply(committed, key, None, record.offset),
+        Some(None) => {}
+    }
+}
+
+/// The positions `committed` holds, ordered by log, consumer and partition.
+pub(crate) fn listed(committed: &Committed) -> Vec<CommittedPosition> {
+    let mut all: Vec<CommittedPosition> = committed
+        .iter()
+        .filter_map(|((log, consumer, partition), (offset, _))| {
+            Some(CommittedPosition {
+                log: log.clone(),
+                consumer: consumer.clone(),
+                partition: *partition,
+                offset: (*offset)?,
+            })
+        })
+        .collect();
+    all.sort();
+    all
+}
 
 /// Sets `key` to `offset` as the record at `at` says, unless a record the log ordered later
 /// already set it.
@@ -88,17 +118,7 @@ impl ConsumerPositions {
         let mut committed = HashMap::new();
         let low = log.low_water_mark(0)?;
         log.for_each_record(0, low, |record| {
-            let key = record.key.as_deref().and_then(decode_key);
-            let value = record.value.as_deref().map(decode_value);
-            match (key, value) {
-                (Some(key), Some(Some(offset))) => {
-                    committed.insert(key, (Some(offset), record.offset));
-                }
-                (Some(key), None) => {
-                    committed.insert(key, (None, record.offset));
-                }
-                _ => {}
-            }
+            replay(&mut committed, &record.as_ref());
             Ok::<(), StoreError>(())
         })?;
         Ok(Self {
@@ -173,20 +193,7 @@ impl ConsumerPositions {
 
     /// Every committed position, ordered by log, consumer and partition.
     pub fn positions(&self) -> Vec<CommittedPosition> {
-        let mut all: Vec<CommittedPosition> = self
-            .lock()
-            .iter()
-            .filter_map(|((log, consumer, partition), (offset, _))| {
-                Some(CommittedPosition {
-                    log: log.clone(),
-                    consumer: consumer.clone(),
-                    partition: *partition,
-                    offset: (*offset)?,
-                })
-            })
-            .collect();
-        all.sort();
-        all
+        listed(&self.lock())
     }
 
     /// How many records of `partition` of `log` `consumer` has not processed: the high-water

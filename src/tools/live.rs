@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 
 use super::verify::segment_files;
 use crate::error::{StoreError, StoreResult};
+use crate::event_log::positions::{listed, replay, Committed};
+use crate::event_log::{CommittedPosition, POSITIONS_LOG};
 use crate::fs::{FileRef, FileSystem, OpenMode, RealFs};
 use crate::segment::{
     decode_batch, decode_header, decode_segment_header_full, Record, BATCH_HEADER_LEN,
@@ -82,6 +84,17 @@ impl LivePartition {
             }
         }
         Ok(until.map_or(next, |until| next.min(until)))
+    }
+
+    /// The partition's first offset held (its first segment's base) and one past its last
+    /// record (read from its last segment alone); `(0, 0)` without segments.
+    pub fn water_marks(&self) -> StoreResult<(i64, i64)> {
+        let bases = self.segment_bases()?;
+        let (Some(&low), Some(&last)) = (bases.first(), bases.last()) else {
+            return Ok((0, 0));
+        };
+        let high = self.scan(last, None, &mut |_| Ok(Visit::Continue(())))?;
+        Ok((low, high))
     }
 
     /// The base offsets of the partition's segments, in order.
@@ -187,4 +200,20 @@ fn read_at(file: &FileRef, path: &Path, buf: &mut [u8], offset: u64) -> StoreRes
         }
     }
     Ok(done)
+}
+
+/// The consumer positions committed in the store at `root` (its `__positions` log), read
+/// without the store's lock like [`LivePartition`]: what `strata positions list` shows beside
+/// the application that holds the store.
+pub fn committed_positions(root: &Path) -> StoreResult<Vec<CommittedPosition>> {
+    let manifest = Manifest::load(&RealFs, root)?;
+    if manifest.is_none_or(|m| m.get(POSITIONS_LOG).is_none()) {
+        return Ok(Vec::new());
+    }
+    let mut committed = Committed::new();
+    LivePartition::open(root, POSITIONS_LOG, 0)?.scan(i64::MIN, None, &mut |record| {
+        replay(&mut committed, &record.as_ref());
+        Ok(Visit::Continue(()))
+    })?;
+    Ok(listed(&committed))
 }
