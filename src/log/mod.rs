@@ -614,12 +614,11 @@ impl Log {
         self.inner.shutdown()
     }
 
-    /// Async form of [`Log::close_blocking`].
+    /// [`Log::close_blocking`] on tokio's blocking pool (never on the caller's executor
+    /// thread). Dropping the last handle of an open log closes it on the dropping thread.
     pub async fn close(&self) -> StoreResult<()> {
         let log = self.clone();
-        tokio::task::spawn_blocking(move || log.close_blocking())
-            .await
-            .map_err(|e| StoreError::Invalid(format!("close task failed: {e}")))?
+        crate::blocking::off_executor(move || log.close_blocking()).await
     }
 }
 

@@ -84,6 +84,10 @@ struct StoreInner {
 }
 
 /// An open store directory. Cheap to clone.
+///
+/// Dropping the last handle of an open log closes it on the dropping thread (its syncs and
+/// checkpoint); in async code, [`Store::close`] (or [`Log::close`]) first keeps that off the
+/// executor.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<StoreInner>,
@@ -379,6 +383,13 @@ impl Store {
         let value = Arc::new(init()?);
         shared.insert(TypeId::of::<T>(), value.clone());
         Ok(value)
+    }
+
+    /// [`Store::close_blocking`] on tokio's blocking pool, so closing (every open log's syncs
+    /// and checkpoint) never holds up the caller's executor thread.
+    pub async fn close(&self) -> StoreResult<()> {
+        let store = self.clone();
+        crate::blocking::off_executor(move || store.close_blocking()).await
     }
 
     /// Closes every open log of this store.
