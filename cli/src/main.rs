@@ -392,7 +392,7 @@ async fn verify_groups(
     dir: &std::path::Path,
     cold: Option<&str>,
 ) -> Result<Vec<(String, strata::group::GroupVerifyReport)>, String> {
-    let store = Store::open(dir).map_err(|e| e.to_string())?;
+    let store = open_store(dir)?;
     let mut reports = Vec::new();
     for (name, engine) in open_groups(&store, cold)? {
         reports.push((name, engine.verify().await));
@@ -485,7 +485,13 @@ fn require_store(dir: &Path) -> Result<(), String> {
 /// Opens the store in `dir`, which must be one (a tool never turns a directory into a store).
 fn open_store(dir: &std::path::Path) -> Result<Store, String> {
     require_store(dir)?;
-    Store::open(dir).map_err(|e| e.to_string())
+    Store::open(dir).map_err(|e| match e {
+        StoreError::Locked { .. } => format!(
+            "{e}: this command needs the store to itself; `read`, `tail`, `inspect` and \
+             `positions list` run beside the application that holds it"
+        ),
+        e => e.to_string(),
+    })
 }
 
 /// Opens log `name` of the store in `dir` as the MANIFEST records it (partition count and

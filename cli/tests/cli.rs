@@ -664,6 +664,10 @@ fn the_read_tools_work_on_a_store_an_application_holds_open() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} ran beside the application");
         assert!(stderr.contains("already open"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("run beside the application"),
+            "{args:?}: {stderr}"
+        );
     }
     assert_eq!(log.high_water_mark(0).unwrap(), 25);
     drop(log);
