@@ -1037,12 +1037,15 @@ fn bench(
     Ok(())
 }
 
-/// Groups in one store, beside RocksDB, and one log of many partitions.
+/// Groups in one store, beside RocksDB, and logs of many partitions.
 fn scale_rows(root: &Path) -> Result<ScaleRows, String> {
     use strata::tools::bench::{concurrent_groups, group_scale, partition_scale};
     let rt = runtime()?;
     let groups = rt.block_on(group_scale(root, SCALE_GROUPS))?;
-    let partitions = partition_scale(root, SCALE_PARTITIONS)?;
+    let partitions = SCALE_PARTITIONS
+        .iter()
+        .map(|&n| partition_scale(root, n))
+        .collect::<Result<_, _>>()?;
     let concurrent = CONCURRENT_GROUPS
         .iter()
         .map(|&(n, appends)| rt.block_on(concurrent_groups(root, n, appends)))
@@ -1091,7 +1094,7 @@ fn print_runtime(c: &strata::tools::bench::RuntimeComparison) {
 /// What the `scale` rows of `strata bench` measured.
 type ScaleRows = (
     strata::tools::bench::GroupScale,
-    strata::tools::bench::PartitionScale,
+    Vec<strata::tools::bench::PartitionScale>,
     Vec<strata::tools::bench::ConcurrentGroups>,
 );
 
@@ -1100,8 +1103,8 @@ const CONCURRENT_GROUPS: [(usize, usize); 3] = [(1, 200), (64, 200), (1000, 20)]
 
 /// Group engines opened in one store by the `scale` rows of `strata bench`.
 const SCALE_GROUPS: usize = 100;
-/// Partitions of the log of the `scale` rows.
-const SCALE_PARTITIONS: u32 = 1000;
+/// Partitions of each log of the `scale` rows.
+const SCALE_PARTITIONS: [u32; 2] = [1_000, 10_000];
 
 /// Percentiles of a latency sample: (p50, p99).
 fn percentiles(times: &[Duration]) -> (Duration, Duration) {
@@ -1132,7 +1135,11 @@ fn print_concurrent(c: &strata::tools::bench::ConcurrentGroups) {
     );
 }
 
-fn print_scale(g: &strata::tools::bench::GroupScale, p: &strata::tools::bench::PartitionScale) {
+/// Prints the `scale` rows: groups in one store, then each log of many partitions.
+fn print_scale(
+    g: &strata::tools::bench::GroupScale,
+    logs: &[strata::tools::bench::PartitionScale],
+) {
     let stats = |times: &[Duration]| {
         let mean = times.iter().sum::<Duration>() / times.len().max(1) as u32;
         let (p50, p99) = percentiles(times);
@@ -1153,6 +1160,13 @@ fn print_scale(g: &strata::tools::bench::GroupScale, p: &strata::tools::bench::P
         f.threads,
         f.mappings
     );
+    for p in logs {
+        print_partition_scale(p);
+    }
+}
+
+/// One log of many partitions (the `scale` rows).
+fn print_partition_scale(p: &strata::tools::bench::PartitionScale) {
     let per = |d: Duration| d / p.partitions.max(1);
     say!(
         "         one log of {} partitions, 10 x 100 B each: create {:?} ({:?} per partition), append {:?}, reopen {:?}; {} MiB of disk, {} fds, {} mappings",

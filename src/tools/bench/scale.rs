@@ -269,7 +269,7 @@ fn rocksdb_concurrent(
 /// partition, then reopened.
 pub fn partition_scale(root: &Path, partitions: u32) -> Result<PartitionScale, String> {
     let e = |e: crate::StoreError| e.to_string();
-    let dir = root.join("partitions");
+    let dir = root.join(format!("partitions-{partitions}"));
     let store = Store::open(&dir).map_err(e)?;
     let start = Instant::now();
     let log = store
