@@ -66,6 +66,16 @@ fn an_output_error_names_the_output_not_the_store() {
     assert!(!stderr.contains(&*dir.path().to_string_lossy()), "{stderr}");
 }
 
+/// Runs `strata` with `args`, which must fail; returns its stderr.
+fn strata_refuses(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Runs `strata` with `args`; returns stdout, failing on a non-zero exit.
 fn strata(args: &[&std::ffi::OsStr]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
@@ -300,12 +310,7 @@ fn tools_refuse_a_directory_that_is_not_a_store_and_change_nothing() {
         ],
     ];
     for args in commands {
-        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-            .args(&args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = strata_refuses(&args);
         assert!(stderr.contains("not a Strata store"), "{args:?}: {stderr}");
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert!(left.is_empty(), "{args:?} changed the directory: {left:?}");
@@ -350,14 +355,11 @@ fn compact_refuses_the_group_payload_log() {
     }
     let logs = || Store::open(dir.path()).unwrap().logs();
     let before = logs();
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .arg("compact")
-        .arg(dir.path())
-        .arg("__groups")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let stderr = strata_refuses(&[
+        "compact".as_ref(),
+        dir.path().as_os_str(),
+        "__groups".as_ref(),
+    ]);
     assert!(stderr.contains("owned"), "{stderr}");
     assert_eq!(logs(), before);
 }
@@ -420,12 +422,7 @@ fn compact_runs_a_log_with_its_recorded_options() {
         .unwrap();
     manifest.logs.iter_mut().for_each(|l| l.options = None);
     manifest.store(&manifest_fs, dir.path()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["compact".as_ref(), d, "kv".as_ref()])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let stderr = strata_refuses(&["compact".as_ref(), d, "kv".as_ref()]);
     assert!(stderr.contains("no recorded options"), "{stderr}");
     let again = strata(&[
         "read".as_ref(),
@@ -501,19 +498,8 @@ fn positions_are_listed_reset_and_deleted() {
         "7",
     ]);
     run(&["reset", "orders", "audit", "--latest"]);
-    let refused = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args([
-            "positions".as_ref(),
-            "reset".as_ref(),
-            d,
-            "orders".as_ref(),
-            "billing".as_ref(),
-        ])
-        .args(["--to", "11"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success());
+    let reset = ["positions", "reset", "orders", "billing", "--to", "11"].map(std::ffi::OsStr::new);
+    let stderr = strata_refuses(&[&reset[..2], &[d], &reset[2..]].concat());
     assert!(
         stderr.contains("outside") && stderr.contains("nothing was changed"),
         "{stderr}"
@@ -657,12 +643,7 @@ fn the_read_tools_work_on_a_store_an_application_holds_open() {
             "reader".as_ref(),
         ],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-            .args(&args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} ran beside the application");
+        let stderr = strata_refuses(&args);
         assert!(stderr.contains("already open"), "{args:?}: {stderr}");
         assert!(
             stderr.contains("run beside the application"),
