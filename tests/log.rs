@@ -111,6 +111,53 @@ fn recorded(options: &LogOptions) -> (Compression, Duration, u64, bool) {
     )
 }
 
+/// A checkpoint writes nothing for a partition whose index already records all of its data:
+/// closing a log whose 64 partitions are untouched since a clean reopen costs a few file
+/// operations, not a few per partition; a partition written since gets its index again.
+#[test]
+fn closing_writes_nothing_for_partitions_untouched_since_a_clean_open() {
+    use strata::fs::{FaultFs, OpKind, OpKinds};
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FaultFs::new(dir.path()).unwrap();
+    let open = || {
+        let options = strata::StoreOptions::default().with_fs(fs.shared());
+        let store = Store::open_with(dir.path(), options).unwrap();
+        let log = store.open_log("wide", 64, LogOptions::default()).unwrap();
+        (store, log)
+    };
+    {
+        let (store, log) = open();
+        for p in 0..64 {
+            log.append_blocking(p, vec![value("x")]).unwrap();
+        }
+        store.close_blocking().unwrap();
+    }
+    let file_ops =
+        || fs.count(OpKinds::only(OpKind::Sync)) + fs.count(OpKinds::only(OpKind::Rename));
+    let (store, log) = open();
+    let before = file_ops();
+    store.close_blocking().unwrap();
+    drop((store, log));
+    let idle = file_ops() - before;
+    assert!(
+        idle < 8,
+        "closing 64 untouched partitions took {idle} syncs and renames"
+    );
+    let (store, log) = open();
+    log.append_blocking(5, vec![value("y")]).unwrap();
+    let before = file_ops();
+    store.close_blocking().unwrap();
+    drop((store, log));
+    let one = file_ops() - before;
+    assert!(
+        one > idle,
+        "the written partition's index is written: {one} against {idle}"
+    );
+    let (_store, log) = open();
+    assert_eq!(read_all(&log, 5).len(), 2);
+    assert_eq!(read_all(&log, 6).len(), 1);
+}
+
 #[test]
 fn a_logs_options_are_recorded_and_a_change_is_recorded_and_logged() {
     let dir = tempfile::tempdir().unwrap();

@@ -188,13 +188,18 @@ impl Partition {
         note(&last.report);
         let high_water = (last.index.last_offset + 1).max(*last_base);
         let active = if last.preallocated {
-            SegmentWriter::resume(
+            let len = last.index.segment_len;
+            let mut active = SegmentWriter::resume(
                 &path,
                 last.file,
                 last.index,
                 (options.segment_bytes, interval),
                 pins,
-            )?
+            )?;
+            if last.index_on_disk {
+                active.mark_indexed(len);
+            }
+            active
         } else {
             // A version 1 segment takes no more appends: seal it, continue in a new one.
             let old = SealedSegment::map(&path, &*last.file, last.index.clone(), pins.clone())?;
@@ -248,7 +253,7 @@ impl Partition {
         let job = {
             let mut w = self.lock_writer();
             w.heal(self)?;
-            if w.active.unsynced() == 0 && !mark {
+            if w.active.unsynced() == 0 && (!mark || w.active.index_current()) {
                 return Ok(false);
             }
             w.active.detach_sync(mark.then(|| self.fs.clone()))
@@ -256,7 +261,12 @@ impl Partition {
         let ran = job.run(self.id);
         let mut w = self.lock_writer();
         match ran {
-            Ok(()) if w.active.base_offset() == job.base => w.active.mark_synced(job.len),
+            Ok(()) if w.active.base_offset() == job.base => {
+                w.active.mark_synced(job.len);
+                if mark {
+                    w.active.mark_indexed(job.len);
+                }
+            }
             Ok(()) => {}
             Err(e) => {
                 if w.active.base_offset() == job.base {

@@ -259,6 +259,9 @@ pub struct LastSegment {
     /// Whether it is preallocated (format version 2). A version 1 segment takes no more
     /// appends: the partition seals it and starts a new one.
     pub preallocated: bool,
+    /// Whether its index file records exactly this content as durable (a clean close's index
+    /// that matched): a checkpoint before the next append has nothing to write for it.
+    pub index_on_disk: bool,
 }
 
 /// Opens the last segment of a partition: scan from the header (or the last trusted index
@@ -313,6 +316,7 @@ pub fn open_last(
                 index,
                 report,
                 preallocated: true,
+                index_on_disk: false,
             });
         }
     };
@@ -324,6 +328,7 @@ pub fn open_last(
             index: index.clone(),
             report,
             preallocated,
+            index_on_disk: true,
         });
     }
     let (start_index, start) = match trusted {
@@ -365,5 +370,6 @@ pub fn open_last(
         index: scan.index,
         report,
         preallocated,
+        index_on_disk: false,
     })
 }

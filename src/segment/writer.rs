@@ -130,6 +130,9 @@ pub struct SegmentWriter {
     prefaulted: u64,
     /// Length of the data when this writer was opened.
     opened_at: u64,
+    /// The length the segment's index file records as durable, while no byte of the file has
+    /// changed since it was written (`None` otherwise): a checkpoint then has nothing to write.
+    indexed: Option<u64>,
     /// Every sync of this file passes through it.
     gate: SyncGate,
 }
@@ -254,6 +257,7 @@ impl SegmentWriter {
             unreserved_until,
             prefaulted: len,
             opened_at: len,
+            indexed: None,
             gate: SyncGate::default(),
         })
     }
@@ -365,6 +369,7 @@ impl SegmentWriter {
         self.allocate_to(self.len + batch.len() as u64)?;
         let base = header.base_offset;
         let body = seal_batch(batch, header, base, self.synced);
+        self.indexed = None;
         self.put(self.len, batch)?;
         let position = self.len;
         let interval = self.index_interval;
@@ -437,6 +442,7 @@ impl SegmentWriter {
             return Ok(());
         }
         let zeros = vec![0u8; (self.len - mark.len) as usize];
+        self.indexed = None;
         self.put(mark.len, &zeros)?;
         self.len = mark.len;
         self.shared.update_index(|index| {
@@ -506,6 +512,21 @@ impl SegmentWriter {
     pub fn mark_synced(&mut self, len: u64) {
         assert!(len <= self.len, "a sync covers written bytes only");
         self.synced = self.synced.max(len);
+    }
+
+    /// Records that the index file now records `len` as durable (a sync with its index,
+    /// [`SegmentWriter::detach_sync`], completed): while the data stays at that length, a
+    /// checkpoint has nothing to write ([`SegmentWriter::index_current`]).
+    pub fn mark_indexed(&mut self, len: u64) {
+        if len == self.len && len == self.synced {
+            self.indexed = Some(len);
+        }
+    }
+
+    /// Whether the index file already records every byte as durable: nothing was written, and
+    /// nothing undone, since it was (see [`SegmentWriter::mark_indexed`]).
+    pub fn index_current(&self) -> bool {
+        self.indexed == Some(self.len) && self.synced == self.len
     }
 
     /// Runs `write_index` (writing the sealed segment's final index) with the gate held, and
