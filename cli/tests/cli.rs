@@ -583,6 +583,9 @@ fn the_read_tools_work_on_a_store_an_application_holds_open() {
         "2".as_ref(),
     ]);
     assert_eq!(offsets(tail), vec![3, 4]);
+    let last = ["tail", "events", "--last", "0"].map(std::ffi::OsStr::new);
+    let none = strata(&[&last[..1], &[d], &last[1..]].concat());
+    assert_eq!(offsets(none), Vec::<i64>::new(), "no record asked for");
     assert!(strata(&["inspect".as_ref(), d]).contains("log \"events\""));
 
     let mut follower = Command::new(env!("CARGO_BIN_EXE_strata"))

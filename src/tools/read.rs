@@ -71,6 +71,9 @@ fn first_at_or_after(part: &LivePartition, ms: i64) -> StoreResult<i64> {
 /// The offset of the `n`th record from the end (the first record when there are fewer). Counts
 /// one segment at a time from the last, so it reads only the segments that hold them.
 fn last_start(part: &LivePartition, n: u64) -> StoreResult<i64> {
+    if n == 0 {
+        return Ok(part.water_marks()?.1);
+    }
     let n = usize::try_from(n).unwrap_or(usize::MAX);
     let (mut counted, mut end) = (0usize, None);
     for base in part.segment_bases()?.into_iter().rev() {
