@@ -93,6 +93,7 @@ impl FileSystem for BoundedFs {
             slot: Mutex::new(Some(file)),
             used: AtomicBool::new(true),
             pinned: AtomicBool::new(false),
+            in_clock: AtomicBool::new(true),
         });
         self.files.register(&cached, path);
         Ok(cached)
@@ -159,10 +160,12 @@ struct OpenFiles {
     registry: Mutex<Registry>,
 }
 
-/// Every live file by id, in clock order, and by name.
+/// Every live file by id, the files holding a descriptor in clock order, and files by name.
 #[derive(Debug, Default)]
 struct Registry {
     files: HashMap<u64, Weak<CachedFile>>,
+    /// The files holding a descriptor (and a few closed since, until the hand finds them), so a
+    /// sweep's cost follows the bound, not the number of files.
     clock: VecDeque<u64>,
     by_path: HashMap<PathBuf, Vec<u64>>,
 }
@@ -193,7 +196,8 @@ impl OpenFiles {
     }
 
     /// Files to close so that the count falls to the bound: the clock's hand passes each file
-    /// once at most twice, clearing the mark of a used one and taking one unused since.
+    /// once at most twice, clearing the mark of a used one and taking one unused since. A file
+    /// it finds closed leaves the clock until it opens again ([`CachedFile::handle`]).
     fn victims(&self) -> Vec<Arc<CachedFile>> {
         let excess = self
             .open
@@ -211,6 +215,10 @@ impl OpenFiles {
             let Some(file) = r.files.get(&id).and_then(Weak::upgrade) else {
                 continue;
             };
+            if file.leaves_clock_if_closed() {
+                passed.push(file);
+                continue;
+            }
             r.clock.push_back(id);
             let holds = file.slot.try_lock().is_ok_and(|slot| slot.is_some());
             if holds
@@ -290,6 +298,9 @@ struct CachedFile {
     used: AtomicBool,
     /// Never closed (locked, or no name reaches it).
     pinned: AtomicBool,
+    /// Its id is in the registry's clock (cleared only with the registry locked, while the
+    /// file holds no descriptor; set again when it opens one).
+    in_clock: AtomicBool,
 }
 
 impl std::fmt::Debug for CachedFile {
@@ -313,8 +324,26 @@ impl CachedFile {
         let file = self.inner_fs.open(&path, self.reopen)?;
         *slot = Some(file.clone());
         drop(slot);
+        if !self.in_clock.swap(true, Ordering::AcqRel) {
+            lock(&self.files.registry).clock.push_back(self.id);
+        }
         self.files.opened();
         Ok(file)
+    }
+
+    /// With the registry locked: takes the file out of the clock if it holds no descriptor
+    /// (its slot is checked and the mark cleared under the slot's lock, so a reopen either
+    /// came first and keeps it, or comes after and puts it back). A file busy in an operation
+    /// stays.
+    fn leaves_clock_if_closed(&self) -> bool {
+        let Ok(slot) = self.slot.try_lock() else {
+            return false;
+        };
+        if slot.is_some() {
+            return false;
+        }
+        self.in_clock.store(false, Ordering::Release);
+        true
     }
 
     /// Pins the file open (opening it again if it was closed).
@@ -423,6 +452,10 @@ mod tests {
             f.sync_data().unwrap();
         }
         assert!(fs.open_files() <= 8);
+        // The clock keeps the files holding a descriptor (and the few closed since its hand
+        // last passed), not all 64: a sweep's cost follows the bound.
+        let clock = lock(&fs.files.registry).clock.len();
+        assert!(clock <= 2 * 8 + 1, "{clock} files in the clock");
         drop(files);
         assert_eq!(fs.open_files(), 0);
         assert_eq!(lock(&fs.files.registry).files.len(), 0);
