@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use strata::event_log::ConsumerPositions;
+use strata::event_log::{positions, ConsumerPositions};
 use strata::tools::live::{self, LivePartition};
 use strata::{Log, Store};
 
@@ -101,7 +101,7 @@ fn list(dir: &Path, json: bool) -> Result<(), String> {
             let part = LivePartition::open(dir, &p.log, p.partition).ok();
             part.and_then(|part| part.water_marks().ok())
         });
-        let lag = marks.map(|(low, high)| (high - p.offset.max(low)).max(0));
+        let lag = marks.map(|marks| positions::records_behind(Some(p.offset), marks));
         let show = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
         if json {
             say!(

@@ -78,6 +78,13 @@ pub(crate) fn replay(committed: &mut Committed, record: &RecordRef<'_>) {
     }
 }
 
+/// How many records of a partition with water marks `(low, high)` a consumer that committed
+/// `committed` has not processed: from its committed offset, or from `low` when it committed
+/// none or one below it.
+pub fn records_behind(committed: Option<i64>, (low, high): (i64, i64)) -> i64 {
+    (high - committed.unwrap_or(low).max(low)).max(0)
+}
+
 /// The positions `committed` holds, ordered by log, consumer and partition.
 pub(crate) fn listed(committed: &Committed) -> Vec<CommittedPosition> {
     let mut all: Vec<CommittedPosition> = committed
@@ -163,13 +170,18 @@ impl ConsumerPositions {
         partition: Option<u32>,
     ) -> StoreResult<usize> {
         validate(log_name, consumer, 0)?;
-        let keys: Vec<PositionKey> = self
-            .positions()
-            .into_iter()
-            .filter(|p| p.log == log_name && p.consumer == consumer)
-            .filter(|p| partition.is_none_or(|want| p.partition == want))
-            .map(|p| (p.log, p.consumer, p.partition))
+        let mut keys: Vec<PositionKey> = self
+            .lock()
+            .iter()
+            .filter(|((l, c, p), (offset, _))| {
+                offset.is_some()
+                    && l == log_name
+                    && c == consumer
+                    && partition.is_none_or(|want| *p == want)
+            })
+            .map(|(key, _)| key.clone())
             .collect();
+        keys.sort();
         if keys.is_empty() {
             return Ok(0);
         }
@@ -200,13 +212,11 @@ impl ConsumerPositions {
     /// mark minus its committed offset (or minus the low-water mark when it committed none, or
     /// committed one below it).
     pub fn lag(&self, log: &Log, consumer: &str, partition: u32) -> StoreResult<i64> {
-        let high = log.high_water_mark(partition)?;
-        let low = log.low_water_mark(partition)?;
-        let from = self
-            .committed(log.name(), consumer, partition)
-            .unwrap_or(low)
-            .max(low);
-        let lag = (high - from).max(0);
+        let marks = (
+            log.low_water_mark(partition)?,
+            log.high_water_mark(partition)?,
+        );
+        let lag = records_behind(self.committed(log.name(), consumer, partition), marks);
         crate::metrics::consumer_lag(log.name(), consumer, partition, lag);
         Ok(lag)
     }

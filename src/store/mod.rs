@@ -317,27 +317,40 @@ impl Store {
     /// its options over the recorded ones when they differ and `record_options` is set.
     fn record_log(&self, entry: LogEntry, record_options: bool) -> StoreResult<()> {
         let mut manifest = self.lock_manifest();
-        let mut next = manifest.clone();
-        if let Some(recorded) = next.logs.iter_mut().find(|e| e.name == entry.name) {
-            let (name, partitions, owner) = (&entry.name, entry.partitions, entry.owner);
-            check_same(name, recorded.partitions, partitions, recorded.owner, owner)?;
-            let changed = match (&recorded.options, &entry.options) {
-                (Some(old), Some(new)) => recorded_options::changed(old, new),
-                (None, _) => vec!["(first recorded)"],
-                (_, None) => Vec::new(),
-            };
-            if !record_options || changed.is_empty() {
-                return Ok(());
-            }
-            tracing::info!(log = %name, changed = ?changed, "recording the log's new options");
-            recorded.options = entry.options;
-        } else {
+        let Some(recorded) = manifest.get(&entry.name) else {
             // Existing entries were checked when the MANIFEST was decoded.
             check_partition_count(entry.partitions)?;
-            next.logs.push(entry);
+            return self.replace_manifest(&mut manifest, |next| next.logs.push(entry));
+        };
+        let (name, partitions, owner) = (&entry.name, entry.partitions, entry.owner);
+        check_same(name, recorded.partitions, partitions, recorded.owner, owner)?;
+        let changed = match (&recorded.options, &entry.options) {
+            (Some(old), Some(new)) => recorded_options::changed(old, new),
+            (None, _) => vec!["(first recorded)"],
+            (_, None) => Vec::new(),
+        };
+        if !record_options || changed.is_empty() {
+            return Ok(());
         }
+        tracing::info!(log = %name, changed = ?changed, "recording the log's new options");
+        self.replace_manifest(&mut manifest, |next| {
+            for e in next.logs.iter_mut().filter(|e| e.name == entry.name) {
+                e.options = entry.options.clone();
+            }
+        })
+    }
+
+    /// Replaces the MANIFEST (durably) with `change` applied to it, then the copy in memory:
+    /// persist, then apply.
+    fn replace_manifest(
+        &self,
+        manifest: &mut std::sync::MutexGuard<'_, Manifest>,
+        change: impl FnOnce(&mut Manifest),
+    ) -> StoreResult<()> {
+        let mut next = Manifest::clone(manifest);
+        change(&mut next);
         next.store(&*self.inner.fs, &self.inner.root)?;
-        *manifest = next;
+        **manifest = next;
         Ok(())
     }
 
@@ -356,12 +369,11 @@ impl Store {
             })?;
         if recorded < to {
             check_partition_count(to)?;
-            let mut next = manifest.clone();
-            for entry in next.logs.iter_mut().filter(|e| e.name == log.name()) {
-                entry.partitions = to;
-            }
-            next.store(&*self.inner.fs, &self.inner.root)?;
-            *manifest = next;
+            self.replace_manifest(&mut manifest, |next| {
+                for entry in next.logs.iter_mut().filter(|e| e.name == log.name()) {
+                    entry.partitions = to;
+                }
+            })?;
         }
         log.add_partitions(to)
     }

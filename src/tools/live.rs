@@ -65,11 +65,10 @@ impl LivePartition {
         until: Option<i64>,
         visit: &mut dyn FnMut(Record) -> StoreResult<Visit>,
     ) -> StoreResult<i64> {
-        let segments = match segment_files(&self.dir) {
-            Ok(segments) => segments,
-            Err(_) if !self.dir.exists() => return Ok(from),
-            Err(e) => return Err(e),
-        };
+        let segments = self.segments()?;
+        if segments.is_empty() {
+            return Ok(from);
+        }
         let first = segments.iter().rposition(|(base, _)| *base <= from);
         let mut next = from;
         for (i, (base, path)) in segments.iter().enumerate().skip(first.unwrap_or(0)) {
@@ -99,13 +98,16 @@ impl LivePartition {
 
     /// The base offsets of the partition's segments, in order.
     pub fn segment_bases(&self) -> StoreResult<Vec<i64>> {
-        if !self.dir.exists() {
-            return Ok(Vec::new());
+        Ok(self.segments()?.into_iter().map(|(base, _)| base).collect())
+    }
+
+    /// The partition's segment files by base offset, in order (none before its directory is
+    /// created).
+    fn segments(&self) -> StoreResult<Vec<(i64, PathBuf)>> {
+        match segment_files(&self.dir) {
+            Err(_) if !self.dir.exists() => Ok(Vec::new()),
+            listed => listed,
         }
-        Ok(segment_files(&self.dir)?
-            .into_iter()
-            .map(|(base, _)| base)
-            .collect())
     }
 }
 
