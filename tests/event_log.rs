@@ -163,6 +163,35 @@ async fn add_mid_stream_delivers_backlog_then_live_and_remove_stops_delivery() {
     );
 }
 
+/// Records already read into the stream's buffer follow the assignment: once `remove` returns,
+/// none of the removed partition is delivered, and adding it again starts from the new start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_records_follow_a_remove_and_an_add_of_their_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_s, log) = open(dir.path(), 2, LogOptions::default());
+    for i in 0..100 {
+        log.publish(1, b(&format!("b{i}"))).await.unwrap();
+    }
+    let (mut stream, handle) = log.subscribe(vec![start(1, 0)]);
+    let first = take(&mut stream, 3).await;
+    assert_eq!(first.last().map(|r| r.offset), Some(2));
+    // The stream holds the rest of the page; the partition goes away under it.
+    handle.remove(1);
+    log.publish(0, b("zero")).await.unwrap();
+    handle.add(start(0, 0));
+    assert_eq!(
+        payloads(&take(&mut stream, 1).await),
+        vec![(0, 0, b("zero"))],
+        "nothing of the removed partition"
+    );
+    handle.add(start(1, 50));
+    let again = take(&mut stream, 50).await;
+    let offsets: Vec<i64> = again.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, (50..100).collect::<Vec<_>>(), "from the new start");
+    assert!(again.iter().all(|r| r.partition == 1));
+    assert_silent(&mut stream).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_handle_keeps_the_stream_working() {
     let dir = tempfile::tempdir().unwrap();
@@ -345,8 +374,28 @@ async fn a_group_with_a_bad_partition_appends_nothing() {
     assert_eq!(log.publish_keyed_group(Vec::new()).await, Ok(Vec::new()));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn visit_range_reads_exactly_the_range_and_stops_on_visitor_error() {
+/// Runs `test` on a multi-thread runtime, then on a current-thread one: range reads and
+/// subscriptions read on the calling worker on the first and on the blocking pool on the second.
+fn on_both_runtimes<F: std::future::Future<Output = ()>>(test: impl Fn() -> F) {
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    multi.block_on(test());
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    current.block_on(test());
+}
+
+#[test]
+fn visit_range_reads_exactly_the_range_and_stops_on_visitor_error() {
+    on_both_runtimes(visit_range_reads_exactly_the_range_and_stops_on_visitor_error_on_a_runtime);
+}
+
+async fn visit_range_reads_exactly_the_range_and_stops_on_visitor_error_on_a_runtime() {
     let dir = tempfile::tempdir().unwrap();
     let (_s, log) = open(dir.path(), 1, LogOptions::default());
     for i in 0..20 {
@@ -389,8 +438,14 @@ async fn visit_range_reads_exactly_the_range_and_stops_on_visitor_error() {
     assert!(matches!(past, Err(MetadataLogError::Other(m)) if m.contains("ends at 20")));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets() {
+#[test]
+fn visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets() {
+    on_both_runtimes(
+        visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets_on_a_runtime,
+    );
+}
+
+async fn visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets_on_a_runtime() {
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions::default()
         .with_segment_bytes(64 << 10)
@@ -429,8 +484,12 @@ async fn visit_range_pages_through_large_ranges_and_steps_over_compacted_offsets
     assert_eq!(log.high_water_marks().await.unwrap(), vec![301]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn low_water_marks_follow_retention() {
+#[test]
+fn low_water_marks_follow_retention() {
+    on_both_runtimes(low_water_marks_follow_retention_on_a_runtime);
+}
+
+async fn low_water_marks_follow_retention_on_a_runtime() {
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions::default()
         .with_segment_bytes(4096)
@@ -740,8 +799,12 @@ async fn a_consumers_positions_are_listed_and_deleted_durably() {
 /// A read error reaches the consumer: the checked stream delivers every record before the
 /// damage, then the error naming the segment file as its last item, then ends; the seam's
 /// stream delivers the same records and ends instead of waiting.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment() {
+#[test]
+fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment() {
+    on_both_runtimes(a_subscription_ends_with_the_read_error_of_a_corrupt_segment_on_a_runtime);
+}
+
+async fn a_subscription_ends_with_the_read_error_of_a_corrupt_segment_on_a_runtime() {
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let (_store, log) = open(

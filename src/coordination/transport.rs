@@ -25,7 +25,7 @@ use super::seam::CoordinationTransport;
 use crate::error::{StoreError, StoreResult};
 use crate::event_log::{DiskEventLog, MetadataEventLog, MetadataLogError};
 use crate::log::{CompactionPolicy, Log, LogOptions};
-use crate::segment::NewRecord;
+use crate::segment::{NewRecord, RecordRef};
 use crate::store::Store;
 
 /// Name of the internal log.
@@ -123,11 +123,8 @@ impl DiskCoordination {
             let log = store.open_log(COORDINATION_LOG, partitions, options)?;
             let mut epochs = Epochs::default();
             for p in 0..log.partition_count() {
-                log.for_each_record(p, 0, |r| {
-                    let epoch = r
-                        .key
-                        .as_deref()
-                        .map(|k| decode_epoch(k, r.value.as_deref()));
+                log.visit(p, 0, i64::MAX, &mut |r: RecordRef<'_>| {
+                    let epoch = r.key.map(|k| decode_epoch(k, r.value));
                     match epoch {
                         Some(Ok(Some((role, token)))) => epochs.observe(role, token),
                         Some(Err(e)) => {

@@ -181,8 +181,11 @@ impl MetadataEventLog for DiskEventLog {
         self.marks(|p| self.log.low_water_mark(p))
     }
 
-    /// Reads one page of at most [`RANGE_PAGE_BYTES`] at a time, visiting its records before the
-    /// next page is read; compacted offsets are stepped over.
+    /// On a multi-thread runtime (or outside one) the records are visited straight from the
+    /// segments' mappings under `block_in_place` (the worker's other tasks move to another
+    /// worker first), holding one record at a time. On a current-thread runtime a page of at
+    /// most [`RANGE_PAGE_BYTES`] at a time is read on the blocking pool and visited before the
+    /// next is read. Compacted offsets are stepped over.
     async fn visit_range(
         &self,
         partition: i32,
@@ -203,21 +206,15 @@ impl MetadataEventLog for DiskEventLog {
             }
             .into());
         }
+        if !crate::blocking::runs_inline_on_executor() {
+            let mut visit_one = |r| visit(page::owned_event(partition, r));
+            let visited = || self.log.visit_shared(p, start, end, &mut visit_one);
+            return crate::blocking::blocking(visited).map(drop);
+        }
         let mut next = start;
         while next < end {
-            let mut page = page::read_page(&self.log, p, (next, end), RANGE_PAGE_BYTES).await;
-            for record in page.drain() {
-                visit(record)?;
-            }
-            if let Some(e) = page.failure.take() {
-                return Err(e);
-            }
-            if page.next <= next {
-                return Err(MetadataLogError::Other(format!(
-                    "partition {partition} returned no record before {end}"
-                )));
-            }
-            next = page.next;
+            let page = page::read_page(&self.log, p, (next, end), RANGE_PAGE_BYTES).await;
+            next = page.visit(next, end, visit)?;
         }
         Ok(())
     }

@@ -1,12 +1,13 @@
-//! One page of a partition's records as the seam hands them out, read off the async executor. A
-//! page holds about a bounded number of bytes. It is read with [`Log::read`] (each record's key
+//! One page of a partition's records as the seam hands them out (a subscription's refills, and
+//! range reads on a current-thread runtime), read without holding up other tasks. A page holds
+//! about a bounded number of bytes. It is read with [`Log::read`] (each record's key
 //! and payload are zero-copy slices of the segment's mapping, or of its decompressed batch);
 //! where that fails, the page is read again with the log's borrowing visitor, which keeps (as
 //! copies) the records before the damage, then the error.
 
 use bytes::Bytes;
 
-use super::seam::{MetadataEventRecord, MetadataLogError};
+use super::seam::{MetadataEventRecord, MetadataLogError, RangeVisitor};
 use crate::error::StoreError;
 use crate::log::Log;
 use crate::segment::{Record, RecordRef};
@@ -34,12 +35,59 @@ impl EventPage {
         self.records.is_empty()
     }
 
+    /// Passes the page's records (read from `from` on, up to `until`) to `visit`; returns where
+    /// the next page starts, or the error that ended the page or the visit.
+    pub fn visit(
+        mut self,
+        from: i64,
+        until: i64,
+        visit: &mut RangeVisitor<'_>,
+    ) -> Result<i64, MetadataLogError> {
+        for record in self.drain() {
+            visit(record)?;
+        }
+        if let Some(e) = self.failure.take() {
+            return Err(e);
+        }
+        if self.next <= from {
+            return Err(MetadataLogError::Other(format!(
+                "partition {} returned no record before {until}",
+                self.partition
+            )));
+        }
+        Ok(self.next)
+    }
+
     /// Takes the records, in the seam's form.
     pub fn drain(&mut self) -> impl Iterator<Item = MetadataEventRecord> + '_ {
         let partition = self.partition;
         self.records
             .drain(..)
             .map(move |r| owned_event(partition, r))
+    }
+
+    /// The records, in the seam's form, as an iterator that owns them.
+    pub fn into_events(self) -> PageEvents {
+        PageEvents {
+            partition: self.partition,
+            records: self.records.into_iter(),
+        }
+    }
+}
+
+/// The records of a page, handed out in the seam's form one at a time.
+#[derive(Debug)]
+pub(crate) struct PageEvents {
+    partition: i32,
+    records: std::vec::IntoIter<Record>,
+}
+
+impl Iterator for PageEvents {
+    type Item = MetadataEventRecord;
+
+    fn next(&mut self) -> Option<MetadataEventRecord> {
+        let record = self.records.next()?;
+        Some(owned_event(self.partition, record))
     }
 }
 
@@ -58,7 +106,7 @@ impl From<StoreError> for Stop {
 }
 
 /// The seam's form of a record of `partition`.
-fn owned_event(partition: i32, record: Record) -> MetadataEventRecord {
+pub(crate) fn owned_event(partition: i32, record: Record) -> MetadataEventRecord {
     let tombstone = record.is_tombstone();
     MetadataEventRecord {
         partition,
@@ -80,13 +128,17 @@ fn copied(r: &RecordRef<'_>) -> Record {
 }
 
 /// Reads the records of `partition` in `[from, until)` holding about `max_bytes` (at least
-/// one record), on a blocking thread.
+/// one record) without holding up other tasks: under `block_in_place` on a multi-thread runtime
+/// (and inline outside a runtime), on the blocking pool on a current-thread runtime.
 pub(crate) async fn read_page(
     log: &Log,
     partition: u32,
     (from, until): (i64, i64),
     max_bytes: usize,
 ) -> EventPage {
+    if !crate::blocking::runs_inline_on_executor() {
+        return crate::blocking::blocking(|| page(log, partition, (from, until), max_bytes));
+    }
     let log = log.clone();
     let read = tokio::task::spawn_blocking(move || page(&log, partition, (from, until), max_bytes));
     read.await.unwrap_or_else(|e| EventPage {

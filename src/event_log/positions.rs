@@ -124,8 +124,8 @@ impl ConsumerPositions {
         let log = store.open_log(POSITIONS_LOG, 1, positions_log_options())?;
         let mut committed = HashMap::new();
         let low = log.low_water_mark(0)?;
-        log.for_each_record(0, low, |record| {
-            replay(&mut committed, &record.as_ref());
+        log.visit(0, low, i64::MAX, &mut |record: RecordRef<'_>| {
+            replay(&mut committed, &record);
             Ok::<(), StoreError>(())
         })?;
         Ok(Self {

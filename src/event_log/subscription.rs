@@ -8,7 +8,8 @@
 //! ([`CheckedEventStream`]; the seam's stream, whose items cannot carry an error, logs it and
 //! ends).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::future::Future;
@@ -18,7 +19,7 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use tokio::sync::watch;
 
-use super::page::read_page;
+use super::page::{read_page, PageEvents};
 use super::seam::{
     AssignmentHandle, MetadataEventRecord, MetadataEventStream, MetadataLogError, PartitionStart,
 };
@@ -47,6 +48,9 @@ struct Assignment {
 pub(crate) struct Subscription {
     log: Log,
     state: Mutex<Assignment>,
+    /// Counts changes of the assignment (bumped under the `state` lock), so the stream hands out
+    /// buffered records without taking the lock while nothing changed.
+    version: AtomicU64,
     changed: watch::Sender<u64>,
 }
 
@@ -78,12 +82,16 @@ impl AssignmentHandle for Subscription {
         state
             .cursors
             .insert(start.partition, Cursor { next, generation });
+        self.version.fetch_add(1, Ordering::Release);
         drop(state);
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
     fn remove(&self, partition: i32) {
-        if self.lock().cursors.remove(&partition).is_some() {
+        let mut state = self.lock();
+        if state.cursors.remove(&partition).is_some() {
+            self.version.fetch_add(1, Ordering::Release);
+            drop(state);
             self.changed.send_modify(|v| *v = v.wrapping_add(1));
         }
     }
@@ -97,7 +105,7 @@ struct StreamState {
     sub: Arc<Subscription>,
     commits: watch::Receiver<u64>,
     assignment: watch::Receiver<u64>,
-    buffer: VecDeque<(u64, MetadataEventRecord)>,
+    buffer: Option<Buffered>,
     /// The error a read met after the buffered records (partition, cursor generation): the
     /// stream's last item once they are delivered, if the partition is still assigned.
     failure: Option<(i32, u64, MetadataLogError)>,
@@ -154,6 +162,7 @@ fn open(log: &Log, assignment: Vec<PartitionStart>) -> (Records, Arc<dyn Assignm
     let sub = Arc::new(Subscription {
         log: log.clone(),
         state: Mutex::new(Assignment::default()),
+        version: AtomicU64::new(0),
         changed,
     });
     for start in assignment {
@@ -163,7 +172,7 @@ fn open(log: &Log, assignment: Vec<PartitionStart>) -> (Records, Arc<dyn Assignm
         sub: sub.clone(),
         commits,
         assignment: assignment_rx,
-        buffer: VecDeque::new(),
+        buffer: None,
         failure: None,
         last_partition: -1,
         id: SUBSCRIPTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -237,28 +246,68 @@ impl Stream for Records {
     }
 }
 
-/// Takes the next buffered record that is still wanted by the assignment.
-fn take_buffered(st: &mut StreamState) -> Option<MetadataEventRecord> {
-    let mut state = st.sub.lock();
-    while let Some((generation, record)) = st.buffer.pop_front() {
-        if let Some(cursor) = state.cursors.get_mut(&record.partition) {
-            if cursor.generation == generation && record.offset >= cursor.next {
-                cursor.next = record.offset + 1;
-                return Some(record);
+/// The records of one page of one partition, handed out while that partition stays assigned
+/// under the cursor generation they were read for.
+struct Buffered {
+    partition: i32,
+    generation: u64,
+    events: PageEvents,
+    /// The assignment version at which the cursor was last seen to match.
+    seen: u64,
+    /// One past the last offset handed out (the cursor's next value).
+    delivered: i64,
+}
+
+impl Buffered {
+    /// True while the partition is assigned under the same generation; checked under the lock
+    /// only when the assignment changed since the last check. Moves the cursor past what was
+    /// handed out when it checks.
+    fn still_assigned(&mut self, sub: &Subscription) -> bool {
+        if sub.version.load(Ordering::Acquire) == self.seen {
+            return true;
+        }
+        let mut state = sub.lock();
+        self.seen = sub.version.load(Ordering::Acquire);
+        self.settle(&mut state)
+    }
+
+    /// Moves the cursor past the records handed out; false when the partition is no longer
+    /// assigned under this generation.
+    fn settle(&self, state: &mut Assignment) -> bool {
+        match state.cursors.get_mut(&self.partition) {
+            Some(cursor) if cursor.generation == self.generation => {
+                cursor.next = cursor.next.max(self.delivered);
+                true
             }
+            _ => false,
         }
     }
+}
+
+/// Takes the next buffered record that is still wanted by the assignment; once the buffer runs
+/// out, its partition's cursor moves past it.
+fn take_buffered(st: &mut StreamState) -> Option<MetadataEventRecord> {
+    let buffered = st.buffer.as_mut()?;
+    if buffered.still_assigned(&st.sub) {
+        if let Some(record) = buffered.events.next() {
+            buffered.delivered = record.offset + 1;
+            return Some(record);
+        }
+        buffered.settle(&mut st.sub.lock());
+    }
+    st.buffer = None;
     None
 }
 
 /// Reads the next page of some assigned partition that has records past its cursor (round robin).
 /// Returns false when nothing is readable now.
 async fn refill(st: &mut StreamState) -> Result<bool, MetadataLogError> {
-    let cursors: Vec<(i32, Cursor)> = {
+    let (cursors, version): (Vec<(i32, Cursor)>, u64) = {
         let state = st.sub.lock();
         let after = state.cursors.range(st.last_partition + 1..);
         let before = state.cursors.range(..=st.last_partition);
-        after.chain(before).map(|(p, c)| (*p, *c)).collect()
+        let cursors = after.chain(before).map(|(p, c)| (*p, *c)).collect();
+        (cursors, st.sub.version.load(Ordering::Acquire))
     };
     for (partition, cursor) in cursors {
         let high = st.sub.log.high_water_mark(partition as u32)?;
@@ -287,8 +336,13 @@ async fn refill(st: &mut StreamState) -> Result<bool, MetadataLogError> {
             }
             return Ok(true);
         }
-        let generation = cursor.generation;
-        st.buffer.extend(page.drain().map(|r| (generation, r)));
+        st.buffer = Some(Buffered {
+            partition,
+            generation: cursor.generation,
+            events: page.into_events(),
+            seen: version,
+            delivered: cursor.next,
+        });
         return Ok(true);
     }
     Ok(false)

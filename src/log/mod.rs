@@ -58,7 +58,7 @@ pub use retention::RetentionReport;
 
 use crate::error::{StoreError, StoreResult};
 use crate::fs::{create_dir_durable, Fs};
-use crate::segment::{NewRecord, RecordRef};
+use crate::segment::{NewRecord, RecordRef, Visitor};
 pub(crate) use inner::LogInner;
 use journal::{Journal, JournalFile};
 use journal_scan::JournalScan;
@@ -441,24 +441,22 @@ impl Log {
         Ok(Ok((ranges, value)))
     }
 
-    /// Calls `f` with every record of `partition` in `[from, high-water mark)`, a page at a time
-    /// (blocking; run it off the async executor).
-    pub fn for_each_record<E: From<StoreError>>(
+    /// Calls `f` with every record of `partition` in `[from, until)` (`until` capped at the
+    /// high-water mark); uncompressed keys and values are zero-copy slices of the segments'
+    /// mappings, which a record keeps alive for as long as it is held. Returns the offset a
+    /// following visit starts from. Blocking: run it off the async executor.
+    pub fn visit_shared<E: From<StoreError>>(
         &self,
         partition: u32,
         from: i64,
-        mut f: impl FnMut(crate::segment::Record) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let high = self.high_water_mark(partition)?;
-        let mut next = from;
-        while next < high {
-            let page = self.read(partition, next, 1 << 20)?;
-            for record in page.records {
-                f(record)?;
-            }
-            next = page.next_offset;
+        until: i64,
+        f: &mut dyn FnMut(crate::segment::Record) -> Result<(), E>,
+    ) -> Result<i64, E> {
+        if self.is_closed() {
+            return Err(StoreError::Closed.into());
         }
-        Ok(())
+        let visitor = &mut Visitor::Shared(f);
+        self.partition(partition)?.visit(from, until, visitor)
     }
 
     /// Calls `f` with every record of `partition` in `[from, until)` (`until` capped at the
@@ -474,7 +472,8 @@ impl Log {
         if self.is_closed() {
             return Err(StoreError::Closed.into());
         }
-        self.partition(partition)?.visit(from, until, f)
+        let visitor = &mut Visitor::Borrowed(f);
+        self.partition(partition)?.visit(from, until, visitor)
     }
 
     /// Reads a page of records of `partition` starting at `from`, holding about `max_bytes`.

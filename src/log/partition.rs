@@ -14,7 +14,7 @@ use crate::segment::recovery::{open_last, open_sealed};
 use crate::segment::writer::parse_file_name;
 use crate::segment::{
     index_file_name, segment_file_name, ActiveSegment, BatchHeader, Confirm, PinCounter, ReadStop,
-    Record, RecordRef, SealedSegment, SegmentPlace, SegmentRecovery, SegmentWriter,
+    Record, RecordRef, SealedSegment, SegmentPlace, SegmentRecovery, SegmentWriter, Visitor,
     SEGMENT_HEADER_LEN,
 };
 
@@ -368,14 +368,13 @@ impl Partition {
         })
     }
 
-    /// Calls `f` with every record in `[from, until)` (`until` at most the high-water mark),
-    /// borrowed from the segments' mappings: no allocation per record. Returns the offset a
-    /// following visit should start from.
+    /// Calls `f` with every record in `[from, until)` (`until` at most the high-water mark).
+    /// Returns the offset a following visit should start from.
     pub fn visit<E: From<StoreError>>(
         &self,
         from: i64,
         until: i64,
-        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+        f: &mut Visitor<'_, E>,
     ) -> Result<i64, E> {
         let until = until.min(self.high_water_mark());
         let view = self.view();
@@ -417,13 +416,17 @@ impl Partition {
             if index.max_timestamp < timestamp || index.last_offset < low {
                 continue;
             }
-            segment.visit((index.base_offset.max(low), high), &mut probe)?;
+            segment.visit(
+                (index.base_offset.max(low), high),
+                &mut Visitor::Borrowed(&mut probe),
+            )?;
             if found.get().is_some() {
                 return Ok(found.get());
             }
         }
         let from = view.active.base_offset().max(low);
-        view.active.visit((from, high), &mut probe)?;
+        view.active
+            .visit((from, high), &mut Visitor::Borrowed(&mut probe))?;
         Ok(found.get())
     }
 }

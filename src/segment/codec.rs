@@ -111,12 +111,14 @@ impl BatchHeader {
     }
 }
 
+#[inline]
 fn u32_at(buf: &[u8], at: usize) -> u32 {
     let mut b = [0u8; 4];
     b.copy_from_slice(&buf[at..at + 4]);
     u32::from_le_bytes(b)
 }
 
+#[inline]
 fn i64_at(buf: &[u8], at: usize) -> i64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&buf[at..at + 8]);
@@ -220,6 +222,7 @@ pub fn decode_header(buf: &[u8]) -> Result<BatchHeader, DecodeError> {
 
 /// Checks the header fields [`parse_header`] leaves unchecked: lengths, counts and offsets in
 /// range and consistent with each other.
+#[inline]
 pub fn check_fields(header: &BatchHeader) -> Result<(), DecodeError> {
     let header_len = header.header_len();
     let compression = header.compression;
@@ -347,7 +350,9 @@ pub fn decode_checked(buf: &[u8], header: &BatchHeader) -> Result<Vec<Record>, D
         _ => decompress(stored, header.records_len as usize)?,
     };
     let mut out = Vec::new();
-    decode_records(header, &records, ALL_OFFSETS, &mut out)?;
+    decode_records(header, &records, 0..records.len(), ALL_OFFSETS, |r| {
+        out.push(r)
+    })?;
     Ok(out)
 }
 
@@ -357,30 +362,50 @@ pub fn decode_checked_shared(
     header: &BatchHeader,
 ) -> Result<Vec<Record>, DecodeError> {
     let mut records = Vec::new();
-    decode_checked_shared_into(buf, header, ALL_OFFSETS, &mut records)?;
+    decode_checked_shared_into(buf, 0, header, ALL_OFFSETS, &mut records)?;
     Ok(records)
 }
 
-/// [`decode_checked_shared`] of the records with offsets in `[from, until)`, pushed onto `out`.
+/// [`decode_checked_shared`] of the batch at byte `at` of `buf`, keeping the records with
+/// offsets in `[from, until)`, pushed onto `out`.
 pub fn decode_checked_shared_into(
     buf: &Bytes,
+    at: usize,
     header: &BatchHeader,
-    (from, until): (i64, i64),
+    range: (i64, i64),
     out: &mut Vec<Record>,
 ) -> Result<(), DecodeError> {
-    let end = header.len();
-    if buf.len() < end {
+    out.reserve(header.record_count as usize);
+    visit_checked_shared(buf, at, header, range, |r| out.push(r))
+}
+
+/// Calls `f` with each record with offset in `[from, until)` of the batch at byte `at` of
+/// `buf`, which [`check_batch`] (or a check done once before) accepted as `header`.
+/// Uncompressed keys and values are slices of `buf` itself (one reference count taken per key
+/// or value, none per batch); a compressed batch is decompressed into a buffer they share.
+#[inline]
+pub fn visit_checked_shared(
+    buf: &Bytes,
+    at: usize,
+    header: &BatchHeader,
+    range: (i64, i64),
+    f: impl FnMut(Record),
+) -> Result<(), DecodeError> {
+    let available = buf.len().saturating_sub(at);
+    if available < header.len() {
         return Err(DecodeError::Truncated {
-            needed: end,
-            available: buf.len(),
+            needed: header.len(),
+            available,
         });
     }
-    let start = header.header_len();
-    let records = match header.compression {
-        0 => buf.slice(start..end),
-        _ => decompress(&buf[start..end], header.records_len as usize)?,
-    };
-    decode_records(header, &records, (from, until), out)
+    let section = at + header.header_len()..at + header.len();
+    match header.compression {
+        0 => decode_records(header, buf, section, range, f),
+        _ => {
+            let records = decompress(&buf[section], header.records_len as usize)?;
+            decode_records(header, &records, 0..records.len(), range, f)
+        }
+    }
 }
 
 /// Every offset: the range of a whole batch's decode.
@@ -417,6 +442,7 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
+    #[inline]
     fn take(
         &mut self,
         n: usize,
@@ -432,21 +458,25 @@ impl Cursor<'_> {
         Ok(range)
     }
 
+    #[inline]
     fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
         let r = self.take(4, field)?;
         Ok(u32_at(&self.buf[r], 0))
     }
 
+    #[inline]
     fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
         let r = self.take(8, field)?;
         Ok(i64_at(&self.buf[r], 0))
     }
 
+    #[inline]
     fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
         let r = self.take(1, field)?;
         Ok(self.buf[r.start])
     }
 
+    #[inline]
     fn part(&mut self, field: &'static str) -> Result<std::ops::Range<usize>, DecodeError> {
         let len = self.u32(field)? as usize;
         self.take(len, field)
@@ -539,22 +569,25 @@ fn parse_records(
     Ok(())
 }
 
-/// Pushes the records of `section` (the records section of the batch `header` describes) with
-/// offsets in `[from, until)` onto `out`, keys and values as slices of `section`.
+/// Calls `f` with the records of the records section `buf[section]` (of the batch `header`
+/// describes) with offsets in `[from, until)`, keys and values as slices of `buf`.
+#[inline]
 fn decode_records(
     header: &BatchHeader,
-    section: &Bytes,
+    buf: &Bytes,
+    section: std::ops::Range<usize>,
     (from, until): (i64, i64),
-    out: &mut Vec<Record>,
+    mut f: impl FnMut(Record),
 ) -> Result<(), DecodeError> {
-    out.reserve(header.record_count as usize);
-    parse_records(header, section, |r| {
+    let base = section.start;
+    let part = |r: std::ops::Range<usize>| buf.slice(base + r.start..base + r.end);
+    parse_records(header, &buf[section], |r| {
         if r.offset >= from && r.offset < until {
-            out.push(Record {
+            f(Record {
                 offset: r.offset,
                 timestamp: r.timestamp,
-                key: r.key.map(|k| section.slice(k)),
-                value: r.value.map(|v| section.slice(v)),
+                key: r.key.map(part),
+                value: r.value.map(part),
             });
         }
     })

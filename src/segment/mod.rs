@@ -29,7 +29,7 @@ pub use header::{
 };
 pub use index::{IndexEntry, SegmentIndex};
 pub use pin::PinCounter;
-pub use reader::{ActiveSegment, ReadStop, SealedSegment};
+pub use reader::{ActiveSegment, ReadStop, SealedSegment, Visitor};
 pub use record::{NewRecord, Record, RecordRef};
 pub use recovery::{Confirm, LastSegment, RecoveryMode, SegmentPlace, SegmentRecovery};
 pub use scan::{nonzero_end, scan_segment, Scan, ScanEnd};

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::codec::{
     check_crc, check_fields, check_frame, decode_checked_shared_into, header_fields, visit_checked,
-    BatchHeader,
+    visit_checked_shared, BatchHeader,
 };
 use super::index::SegmentIndex;
 use super::pin::{Pin, PinCounter};
@@ -35,6 +35,14 @@ pub enum ReadStop {
     Bound,
     /// The segment holds nothing more.
     EndOfSegment,
+}
+
+/// What a visit calls with each record.
+pub enum Visitor<'f, E> {
+    /// Records borrowed from the mapping (no allocation, no reference count per record).
+    Borrowed(&'f mut dyn FnMut(RecordRef<'_>) -> Result<(), E>),
+    /// Records whose uncompressed keys and values are zero-copy slices of the mapping.
+    Shared(&'f mut dyn FnMut(Record) -> Result<(), E>),
 }
 
 /// How far ahead of the batch being parsed a walk prefetches: one 4 KiB page. Measured here
@@ -145,32 +153,38 @@ impl Data<'_> {
     ) -> StoreResult<ReadStop> {
         let (from, until) = range;
         self.walk(start, range, |pos, header| {
-            let batch = self.bytes.slice(pos as usize..pos as usize + header.len());
-            decode_checked_shared_into(&batch, header, (from, until), out)
+            decode_checked_shared_into(&self.bytes, pos as usize, header, (from, until), out)
                 .map_err(|e| StoreError::corrupt(self.file, pos, e))?;
             *budget = budget.saturating_sub(header.len());
             Ok(*budget > 0)
         })
     }
 
-    /// Calls `f` with each record in `[from, until)`, borrowed from the mapping.
+    /// Calls `f` with each record in `[from, until)`.
     fn visit<E: From<StoreError>>(
         &self,
         start: u64,
         range: (i64, i64),
-        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+        f: &mut Visitor<'_, E>,
     ) -> Result<ReadStop, E> {
         let (from, until) = range;
         let mut failed = None;
         let stop = self.walk(start, range, |pos, header| {
-            visit_checked(&self.bytes[pos as usize..], header, |r| {
-                if failed.is_none() && r.offset >= from && r.offset < until {
-                    if let Err(e) = f(r) {
-                        failed = Some(e);
+            let decoded = match f {
+                Visitor::Borrowed(f) => visit_checked(&self.bytes[pos as usize..], header, |r| {
+                    if failed.is_none() && r.offset >= from && r.offset < until {
+                        failed = f(r).err();
                     }
+                }),
+                Visitor::Shared(f) => {
+                    visit_checked_shared(&self.bytes, pos as usize, header, range, |r| {
+                        if failed.is_none() {
+                            failed = f(r).err();
+                        }
+                    })
                 }
-            })
-            .map_err(|e| StoreError::corrupt(self.file, pos, e))?;
+            };
+            decoded.map_err(|e| StoreError::corrupt(self.file, pos, e))?;
             Ok(failed.is_none())
         })?;
         match failed {
@@ -278,11 +292,11 @@ impl SealedSegment {
             .read(self.index.lookup(range.0), range, budget, out)
     }
 
-    /// Calls `f` with each record in `[from, until)`, borrowed from the mapping.
+    /// Calls `f` with each record in `[from, until)`.
     pub fn visit<E: From<StoreError>>(
         &self,
         range: (i64, i64),
-        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+        f: &mut Visitor<'_, E>,
     ) -> Result<ReadStop, E> {
         self.view().visit(self.index.lookup(range.0), range, f)
     }
@@ -384,11 +398,11 @@ impl ActiveSegment {
         data.read(start, range, budget, out)
     }
 
-    /// Calls `f` with each record in `[from, until)`, borrowed from the mapping.
+    /// Calls `f` with each record in `[from, until)`.
     pub fn visit<E: From<StoreError>>(
         &self,
         range: (i64, i64),
-        f: &mut dyn FnMut(RecordRef<'_>) -> Result<(), E>,
+        f: &mut Visitor<'_, E>,
     ) -> Result<ReadStop, E> {
         let start = self.start(range.0);
         let (data, len) = self.view();

@@ -43,7 +43,7 @@ pub fn verify_clean(disk: &Disk, store: Store) {
 pub fn all_records(log: &Log, partition: u32) -> Vec<strata::Record> {
     let mut out = Vec::new();
     let low = log.low_water_mark(partition).unwrap();
-    log.for_each_record::<StoreError>(partition, low, |r| {
+    log.visit_shared::<StoreError>(partition, low, i64::MAX, &mut |r| {
         out.push(r);
         Ok(())
     })
