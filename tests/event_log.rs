@@ -169,13 +169,15 @@ async fn add_mid_stream_delivers_backlog_then_live_and_remove_stops_delivery() {
 async fn buffered_records_follow_a_remove_and_an_add_of_their_partition() {
     let dir = tempfile::tempdir().unwrap();
     let (_s, log) = open(dir.path(), 2, LogOptions::default());
+    // 100 records of 20 kB: two pages, so the stream holds one and reads the next ahead.
     for i in 0..100 {
-        log.publish(1, b(&format!("b{i}"))).await.unwrap();
+        let payload = format!("b{i}-{}", "x".repeat(20_000));
+        log.publish(1, Bytes::from(payload)).await.unwrap();
     }
     let (mut stream, handle) = log.subscribe(vec![start(1, 0)]);
     let first = take(&mut stream, 3).await;
     assert_eq!(first.last().map(|r| r.offset), Some(2));
-    // The stream holds the rest of the page; the partition goes away under it.
+    // The stream holds the rest of the page and reads the next; the partition goes away.
     handle.remove(1);
     log.publish(0, b("zero")).await.unwrap();
     handle.add(start(0, 0));
@@ -189,6 +191,19 @@ async fn buffered_records_follow_a_remove_and_an_add_of_their_partition() {
     let offsets: Vec<i64> = again.iter().map(|r| r.offset).collect();
     assert_eq!(offsets, (50..100).collect::<Vec<_>>(), "from the new start");
     assert!(again.iter().all(|r| r.partition == 1));
+    assert_silent(&mut stream).await;
+
+    // Removed and added again at once: neither the buffered page nor the one read ahead counts.
+    let (mut stream, handle) = log.subscribe(vec![start(1, 0)]);
+    take(&mut stream, 3).await;
+    handle.remove(1);
+    handle.add(start(1, 40));
+    let offsets: Vec<i64> = take(&mut stream, 60)
+        .await
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(offsets, (40..100).collect::<Vec<_>>());
     assert_silent(&mut stream).await;
 }
 

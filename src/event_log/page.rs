@@ -1,28 +1,25 @@
 //! One page of a partition's records as the seam hands them out (a subscription's refills, and
 //! range reads on a current-thread runtime), read without holding up other tasks. A page holds
-//! about a bounded number of bytes. It is read with [`Log::read`] (each record's key
-//! and payload are zero-copy slices of the segment's mapping, or of its decompressed batch);
-//! where that fails, the page is read again with the log's borrowing visitor, which keeps (as
-//! copies) the records before the damage, then the error.
-
-use bytes::Bytes;
+//! about a bounded number of bytes. It is read with the log's shared visitor: each record's key
+//! and payload are zero-copy slices of the segment's mapping (or of its decompressed batch),
+//! and a read that fails keeps the records before the damage, then the error.
 
 use super::seam::{MetadataEventRecord, MetadataLogError, RangeVisitor};
 use crate::error::StoreError;
 use crate::log::Log;
-use crate::segment::{Record, RecordRef};
+use crate::segment::Record;
 
 /// Bytes a record costs a page beyond its key and payload (its fields).
 const RECORD_OVERHEAD: usize = 32;
 
-/// Records of one partition from an offset on, and where the next page starts. The records are
-/// the log's own (zero-copy), turned into the seam's form as they are taken ([`Self::drain`]).
+/// Records of one partition from an offset on, in the seam's form, and where the next page
+/// starts.
 #[derive(Debug, Default)]
 pub(crate) struct EventPage {
     /// The partition, as the seam numbers it.
     partition: i32,
     /// The records, in offset order.
-    records: Vec<Record>,
+    records: Vec<MetadataEventRecord>,
     /// Where the next page starts (past compacted gaps the page stepped over).
     pub next: i64,
     /// The error that ended the page early (after `records`), if any.
@@ -58,38 +55,19 @@ impl EventPage {
         Ok(self.next)
     }
 
-    /// Takes the records, in the seam's form.
-    pub fn drain(&mut self) -> impl Iterator<Item = MetadataEventRecord> + '_ {
-        let partition = self.partition;
-        self.records
-            .drain(..)
-            .map(move |r| owned_event(partition, r))
+    /// Takes the records.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, MetadataEventRecord> {
+        self.records.drain(..)
     }
 
-    /// The records, in the seam's form, as an iterator that owns them.
+    /// The records, as an iterator that owns them.
     pub fn into_events(self) -> PageEvents {
-        PageEvents {
-            partition: self.partition,
-            records: self.records.into_iter(),
-        }
+        self.records.into_iter()
     }
 }
 
-/// The records of a page, handed out in the seam's form one at a time.
-#[derive(Debug)]
-pub(crate) struct PageEvents {
-    partition: i32,
-    records: std::vec::IntoIter<Record>,
-}
-
-impl Iterator for PageEvents {
-    type Item = MetadataEventRecord;
-
-    fn next(&mut self) -> Option<MetadataEventRecord> {
-        let record = self.records.next()?;
-        Some(owned_event(self.partition, record))
-    }
-}
+/// The records of a page, handed out one at a time.
+pub(crate) type PageEvents = std::vec::IntoIter<MetadataEventRecord>;
 
 /// Why a visit stopped before `until`.
 enum Stop {
@@ -117,16 +95,6 @@ pub(crate) fn owned_event(partition: i32, record: Record) -> MetadataEventRecord
     }
 }
 
-/// A copy of a borrowed record.
-fn copied(r: &RecordRef<'_>) -> Record {
-    Record {
-        offset: r.offset,
-        timestamp: r.timestamp,
-        key: r.key.map(Bytes::copy_from_slice),
-        value: r.value.map(Bytes::copy_from_slice),
-    }
-}
-
 /// Reads the records of `partition` in `[from, until)` holding about `max_bytes` (at least
 /// one record) without holding up other tasks: under `block_in_place` on a multi-thread runtime
 /// (and inline outside a runtime), on the blocking pool on a current-thread runtime.
@@ -139,55 +107,61 @@ pub(crate) async fn read_page(
     if !crate::blocking::runs_inline_on_executor() {
         return crate::blocking::blocking(|| page(log, partition, (from, until), max_bytes));
     }
-    let log = log.clone();
-    let read = tokio::task::spawn_blocking(move || page(&log, partition, (from, until), max_bytes));
-    read.await.unwrap_or_else(|e| EventPage {
-        partition: partition as i32,
-        records: Vec::new(),
-        next: from,
-        failure: Some(MetadataLogError::Other(format!("read task failed: {e}"))),
-    })
+    spawn_page(log, partition, (from, until), max_bytes)
+        .page()
+        .await
 }
 
-/// [`read_page`] on the calling thread.
-fn page(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usize) -> EventPage {
-    let seam_partition = partition as i32;
-    match log.read(partition, from, max_bytes) {
-        Ok(page) => {
-            let mut records = page.records;
-            records.truncate(records.partition_point(|r| r.offset < until));
-            let next = match records.last() {
-                Some(last) if last.offset + 1 >= until => until,
-                _ => page.next_offset,
-            };
-            EventPage {
-                partition: seam_partition,
-                records,
-                next,
-                failure: None,
-            }
-        }
-        Err(StoreError::Closed) => EventPage {
-            partition: seam_partition,
+/// A page being read on the blocking pool.
+#[derive(Debug)]
+pub(crate) struct PageRead {
+    partition: u32,
+    from: i64,
+    task: tokio::task::JoinHandle<EventPage>,
+}
+
+impl PageRead {
+    /// The page, once read (a read task that failed is the page's failure).
+    pub async fn page(self) -> EventPage {
+        self.task.await.unwrap_or_else(|e| EventPage {
+            partition: self.partition as i32,
             records: Vec::new(),
-            next: from,
-            failure: Some(MetadataLogError::Closed),
-        },
-        Err(_) => salvaged(log, partition, (from, until), max_bytes),
+            next: self.from,
+            failure: Some(MetadataLogError::Other(format!("read task failed: {e}"))),
+        })
     }
 }
 
-/// [`page`] through the borrowing visitor: the records before a failure, then the failure.
-fn salvaged(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usize) -> EventPage {
+/// Starts reading what [`read_page`] reads on the blocking pool; the caller awaits it when it
+/// wants the page (or drops it: the read then ends unobserved).
+pub(crate) fn spawn_page(
+    log: &Log,
+    partition: u32,
+    (from, until): (i64, i64),
+    max_bytes: usize,
+) -> PageRead {
+    let log = log.clone();
+    let task = tokio::task::spawn_blocking(move || page(&log, partition, (from, until), max_bytes));
+    PageRead {
+        partition,
+        from,
+        task,
+    }
+}
+
+/// [`read_page`] on the calling thread: the records before a failure, then the failure.
+fn page(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usize) -> EventPage {
+    let seam_partition = partition as i32;
     let mut records = Vec::new();
     let mut bytes = 0;
-    let visited = log.visit(partition, from, until, &mut |r: RecordRef<'_>| {
-        bytes += r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len) + RECORD_OVERHEAD;
-        records.push(copied(&r));
-        if bytes >= max_bytes {
-            return Err(Stop::Full);
+    let visited = log.visit_shared(partition, from, until, &mut |r: Record| {
+        let parts = r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len());
+        bytes += parts + RECORD_OVERHEAD;
+        records.push(owned_event(seam_partition, r));
+        match bytes >= max_bytes {
+            true => Err(Stop::Full),
+            false => Ok(()),
         }
-        Ok(())
     });
     let after_last = records.last().map_or(from, |r| r.offset + 1);
     let (next, failure) = match visited {
@@ -196,7 +170,7 @@ fn salvaged(log: &Log, partition: u32, (from, until): (i64, i64), max_bytes: usi
         Err(Stop::Failed(e)) => (after_last, Some(e.into())),
     };
     EventPage {
-        partition: partition as i32,
+        partition: seam_partition,
         records,
         next,
         failure,
