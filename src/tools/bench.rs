@@ -349,6 +349,8 @@ mod scale;
 #[cfg(feature = "rocksdb")]
 mod seams;
 mod shard_runtime;
+#[cfg(feature = "rocksdb")]
+mod tail;
 
 pub use open::{open_times, OpenTimes, OPEN_PASSES};
 pub use scale::{

@@ -1,8 +1,8 @@
 //! The seams as their users call them, each beside RocksDB doing the same work in the same run:
-//! event-log publish (Sync by 64 tasks, buffered by 4), `visit_range` over every partition and a
-//! subscription's catch-up over the records published (RocksDB: an iterator over the same
-//! records; the fastest of [`READ_PASSES`] passes of each, as for the `Log` rows), consumer
-//! position commits (RocksDB: a synced put each), and a coordination lease
+//! event-log publish (Sync by 64 tasks, buffered by 4, of 100 B and of 1 KiB), `visit_range`
+//! over every partition and a subscription's catch-up over the records published (RocksDB: an
+//! iterator over the same records; the fastest of [`READ_PASSES`] passes of each, as for the
+//! `Log` rows), publish-to-delivery latency (`super::tail`), consumer position commits (RocksDB: a synced put each), and a coordination lease
 //! (`acquire_epoch` then `write_lease`; RocksDB: read the role's token, check or bump it, write
 //! with a synced WAL). The `Log` rows of `strata bench` are the ceiling these approach.
 
@@ -47,7 +47,7 @@ pub async fn seam_rows(root: &Path, records: usize) -> Result<Vec<Comparison>, S
     rows.push(publish_buffered);
     let total = buffered.total();
     let rocks_read = best_read(total, || rocksdb_read_all(&rocks))?;
-    let read = |name: &str, strata| read_row(name, total, strata, rocks_read);
+    let read = |name: &str, strata| read_row(name, &buffered, strata, rocks_read);
     let mut visits = Duration::MAX;
     let mut catch_ups = Duration::MAX;
     for _ in 0..READ_PASSES {
@@ -57,9 +57,29 @@ pub async fn seam_rows(root: &Path, records: usize) -> Result<Vec<Comparison>, S
     rows.push(read("seam visit_range 100 B", visits));
     rows.push(read("seam subscription catch-up 100 B", catch_ups));
     let commands = (records / 20).max(16);
+    rows.extend(kilobyte_rows(&root.join("kilobyte"), records).await?);
+    rows.push(super::tail::tail_row(&root.join("tail"), commands).await?);
     rows.push(positions_row(&root.join("positions"), commands).await?);
     rows.push(lease_row(&root.join("lease"), commands).await?);
     Ok(rows)
+}
+
+/// Buffered publish of `records` events of 1 KiB by 4 tasks, then `visit_range` over them.
+async fn kilobyte_rows(dir: &Path, records: usize) -> Result<Vec<Comparison>, String> {
+    let w = AppendWorkload {
+        records,
+        value_size: 1024,
+        writers: 4,
+        sync: false,
+    };
+    let (events, publish, rocks) = publish_row(dir, &w).await?;
+    let rocks_read = best_read(w.total(), || rocksdb_read_all(&rocks))?;
+    let mut visits = Duration::MAX;
+    for _ in 0..READ_PASSES {
+        visits = visits.min(visit_all(&events, w.total()).await?);
+    }
+    let visit = read_row("seam visit_range 1024 B", &w, visits, rocks_read);
+    Ok(vec![publish, visit])
 }
 
 /// Publishes `w` through the seam (one task per writer, partition = writer modulo the count),
@@ -124,11 +144,12 @@ async fn publish(events: &DiskEventLog, w: &AppendWorkload) -> Result<AppendRun,
     })
 }
 
-fn read_row(name: &str, records: usize, strata: Duration, rocksdb: Duration) -> Comparison {
+/// The row of reading back what `w` published.
+fn read_row(name: &str, w: &AppendWorkload, strata: Duration, rocksdb: Duration) -> Comparison {
     Comparison {
         name: name.to_string(),
-        operations: records,
-        bytes: (records * 100) as u64,
+        operations: w.total(),
+        bytes: (w.total() * w.value_size) as u64,
         strata,
         rocksdb,
         latency: None,
