@@ -29,6 +29,20 @@ fn runtime_flavor() -> Option<RuntimeFlavor> {
         .map(|h| h.runtime_flavor())
 }
 
+/// Runs `f`, which blocks on I/O, where it holds up no other task: under `block_in_place` on a
+/// multi-thread runtime (inline outside a runtime), on tokio's blocking pool on a
+/// current-thread runtime ([`off_executor`]).
+pub async fn aside<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<crate::error::StoreError> + Send + 'static,
+{
+    match runs_inline_on_executor() {
+        true => off_executor(f).await,
+        false => blocking(f),
+    }
+}
+
 /// Runs `f`, which blocks on I/O for a while (opening a store, a log or an engine), on tokio's
 /// blocking pool and awaits it, so no executor thread waits for it (a current-thread runtime's
 /// other tasks go on). A panic in `f` resumes in the caller. Dropping the future lets `f` run to

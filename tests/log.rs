@@ -1429,3 +1429,54 @@ fn async_opens_and_closes_never_hold_up_a_current_thread_runtime() {
         .unwrap();
     assert_eq!(log.high_water_mark(0).unwrap(), 1);
 }
+
+/// Async appends that fill segment after segment on a current-thread runtime, while every sync
+/// takes 40 ms: each roll (the full segment synced and indexed, the next one created and its
+/// directory synced) runs on the blocking pool, so another task of the runtime never waits for
+/// one longer than the bound (20 ms), for buffered and for Sync logs alike.
+#[test]
+fn async_appends_roll_segments_without_holding_up_a_current_thread_runtime() {
+    for durability in [
+        Durability::Interval(Duration::from_secs(3600)),
+        Durability::Sync,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = strata::fs::FaultFs::new(dir.path()).unwrap();
+        let options = strata::StoreOptions::default().with_fs(fs.shared());
+        let store = Store::open_with(dir.path(), options).unwrap();
+        let log_options = LogOptions::default()
+            .with_durability(durability)
+            .with_segment_bytes(64 << 10);
+        let log = store.open_log("rolls", 2, log_options).unwrap();
+        fs.set_sync_delay(Duration::from_millis(40));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let longest = rt.block_on(async {
+            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let ticker = common::spawn_ticker(done.clone());
+            tokio::task::yield_now().await;
+            let value = Bytes::from(vec![7u8; 8 << 10]);
+            // 48 records of 8 KiB per partition: about six rolls each.
+            for i in 0..96u32 {
+                let record = NewRecord::value(i64::from(i), value.clone());
+                log.append(i % 2, vec![record]).await.unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+            ticker.await.unwrap()
+        });
+        fs.set_sync_delay(Duration::ZERO);
+        let sealed = std::fs::read_dir(dir.path().join("logs/rolls/0"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("idx".as_ref()))
+            .count();
+        assert!(sealed >= 4, "the appends rolled: {sealed} sealed segments");
+        assert!(
+            longest < Duration::from_millis(20),
+            "{durability:?}: another task of the runtime waited {longest:?} for an append"
+        );
+        assert_eq!(log.high_water_mark(0).unwrap(), 48);
+        assert_eq!(log.high_water_mark(1).unwrap(), 48);
+    }
+}

@@ -85,6 +85,11 @@ impl PartitionWriter {
         Ok(())
     }
 
+    /// True when [`Self::heal`] has file work to do (a stray file, a failed sync).
+    pub fn needs_healing(&self) -> bool {
+        self.stray.is_some() || self.poisoned.is_some()
+    }
+
     /// Where the partition stands.
     pub fn mark(&self) -> PartitionMark {
         PartitionMark {

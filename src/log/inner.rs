@@ -16,9 +16,20 @@ use super::maintenance::MaintenanceStatus;
 use super::options::{Durability, LogOptions};
 use super::partition::{Partition, PartitionRecovery};
 use super::replay::ReplayReport;
-use super::request::{EncodedRequest, OffsetRange};
+use super::request::{EncodedRequest, Footprint, OffsetRange};
 use super::workers::{self, JobHandle, Kind};
 use crate::error::{StoreError, StoreResult};
+
+/// What a write did: its offset ranges, and the journal position that makes it durable (a
+/// journaled log's).
+pub(crate) type Write = (Vec<OffsetRange>, Option<u64>);
+
+/// A write's partitions, each with its writer locked.
+type LockedWriters<'a> = Vec<(
+    u32,
+    &'a Arc<Partition>,
+    MutexGuard<'a, super::append::PartitionWriter>,
+)>;
 
 /// The shared state of a log.
 pub(crate) struct LogInner {
@@ -89,22 +100,59 @@ impl LogInner {
     /// Writes every batch of `request`, or none: locks its partitions (in order), makes room,
     /// writes into the segments (and the journal), and either publishes at once (no journal) or
     /// queues the publication for the journal position it returns.
-    pub fn write(
+    pub fn write(&self, request: EncodedRequest) -> StoreResult<Write> {
+        let ids = request.sorted_partitions();
+        let writers = self.lock_writers(&ids);
+        self.write_locked(request, &ids, writers)
+    }
+
+    /// [`Self::write`] for a caller that must not do file work (an executor thread): a write
+    /// that first needs some (a segment roll, journal space, a sync bound, a re-sync) changes
+    /// nothing and hands the request back.
+    pub fn try_write(&self, request: EncodedRequest) -> StoreResult<Result<Write, EncodedRequest>> {
+        let ids = request.sorted_partitions();
+        let writers = self.lock_writers(&ids);
+        let busy = writers
+            .iter()
+            .any(|(id, _, w)| self.needs_file_work(w, request.bytes_for(*id)));
+        if busy || !self.journal_has_room(request.frame_bytes()) {
+            return Ok(Err(request));
+        }
+        self.write_locked(request, &ids, writers).map(Ok)
+    }
+
+    /// Does the file work a write of `footprint` would do before writing (re-syncs, rolls, a
+    /// sync bound, journal space), and writes nothing: a later [`Self::try_write`] of it then
+    /// has room, unless other writers took it first.
+    pub fn make_room(&self, footprint: &Footprint) -> StoreResult<()> {
+        let ids: Vec<u32> = footprint.partitions.iter().map(|(id, _)| *id).collect();
+        let mut writers = self.lock_writers(&ids);
+        for ((_, p, w), (_, bytes)) in writers.iter_mut().zip(&footprint.partitions) {
+            w.heal(p)?;
+            w.make_room(p, *bytes)?;
+            self.bound_unsynced(p, w)?;
+        }
+        drop(self.journal_with_room(footprint.frames)?);
+        Ok(())
+    }
+
+    /// The writers of partitions `ids` (sorted), locked in that order.
+    fn lock_writers(&self, ids: &[u32]) -> LockedWriters<'_> {
+        ids.iter()
+            .map(|&id| {
+                let p = &self.partitions[id as usize];
+                (id, p, p.lock_writer())
+            })
+            .collect()
+    }
+
+    /// [`Self::write`] under the locks of its partitions' writers.
+    fn write_locked(
         &self,
         mut request: EncodedRequest,
-    ) -> StoreResult<(Vec<OffsetRange>, Option<u64>)> {
-        let mut ids = request.partitions();
-        ids.sort_unstable();
-        let mut writers: Vec<_> = ids
-            .iter()
-            .map(|&id| {
-                (
-                    id,
-                    &self.partitions[id as usize],
-                    self.partitions[id as usize].lock_writer(),
-                )
-            })
-            .collect();
+        ids: &[u32],
+        mut writers: LockedWriters<'_>,
+    ) -> StoreResult<Write> {
         for (id, p, w) in &mut writers {
             w.heal(p)?;
             w.make_room(p, request.bytes_for(*id))?;
@@ -165,6 +213,22 @@ impl LogInner {
             self.lock_unpublished().extend(newly);
         }
         Ok((ranges, Some(lsn)))
+    }
+
+    /// True when writing `bytes` more into `w`'s partition first needs file work: removing a
+    /// stray file, a re-sync, a roll, or (without a journal) a sync of its unsynced bytes.
+    fn needs_file_work(&self, w: &super::append::PartitionWriter, bytes: u64) -> bool {
+        let unsynced_bound = self.journal.is_none()
+            && w.active.len() - w.active.synced_len() >= self.options.max_unsynced_bytes;
+        w.needs_healing() || bytes > w.active.remaining() || unsynced_bound
+    }
+
+    /// True when the log has no journal, or its journal takes `bytes` of frames without file
+    /// work (a new file, space prepared, a re-sync) and without waiting for a preparation.
+    /// The partitions' locks held by the caller keep this true for them until it writes, up to
+    /// writers of other partitions taking the prepared space first.
+    fn journal_has_room(&self, bytes: u64) -> bool {
+        self.journal().is_none_or(|j| j.has_room(bytes))
     }
 
     /// Locks the journal (if any) with room for `bytes` of frames, waiting out a preparation

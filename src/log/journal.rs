@@ -645,6 +645,15 @@ impl Journal {
         Ok(Room::Ready)
     }
 
+    /// True when `bytes` of frames fit prepared space of the current file and nothing needs a
+    /// re-sync: [`Self::make_room`] and [`Self::heal`] would do no file work.
+    pub fn has_room(&self, bytes: u64) -> bool {
+        let healthy = self.poisoned.is_none() && !self.current.gate.has_failed();
+        healthy
+            && bytes <= self.current.remaining()
+            && self.current.len + bytes <= self.current.prepared
+    }
+
     fn next_file(&mut self, bytes: u64) -> StoreResult<()> {
         self.current.flush_and_sync()?;
         let capacity = self.capacity.max(bytes + JOURNAL_HEADER_LEN as u64);

@@ -64,7 +64,7 @@ use journal::{Journal, JournalFile};
 use journal_scan::JournalScan;
 use open_partitions::open_partitions;
 use partition::Partition;
-use request::{check_items, encode_request};
+use request::{check_items, encode_request, EncodedRequest};
 
 /// Statistics of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -323,9 +323,13 @@ impl Log {
     /// Appends `records` to `partition` as one batch; resolves to the first and last offsets
     /// once the records are durable (or acknowledged, under `Durability::Interval`).
     ///
-    /// Dropping the future (cancellation): before its first poll, or while it waits for room
-    /// in the journal, nothing is appended. Once polled past that, the batch is written at its
-    /// offsets (the same first poll): under `Durability::Interval` the append is then done;
+    /// File work the write needs first (a segment roll, journal space, a sync bound) runs off
+    /// the executor thread ([`crate::blocking::aside`]); the write itself is memory work.
+    ///
+    /// Dropping the future (cancellation): before its first poll, while it waits for room in
+    /// the journal, or while that file work runs, nothing is appended (the work done stays
+    /// done: a rolled segment, prepared space). Once the batch is written at its offsets (in a
+    /// poll of this future): under `Durability::Interval` the append is then done;
     /// under `Durability::Sync` the batch becomes durable, then readable, with the next
     /// journal round (another append's, [`Log::sync`], a checkpoint, or [`Log::close`]), never
     /// readable before it is durable, and unacknowledged: a power cut before that round loses
@@ -346,7 +350,7 @@ impl Log {
     pub async fn append_many(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
         self.room_in_journal().await?;
         let started = self.inner.commit.is_some().then(std::time::Instant::now);
-        let (ranges, lsn) = self.write(items)?;
+        let (ranges, lsn) = self.write_async(items).await?;
         if let (Some(lsn), Some(commit), Some(started)) = (lsn, &self.inner.commit, started) {
             commit.wait_async(&self.inner, lsn).await?;
             self.inner.metrics.durable_append(started.elapsed());
@@ -360,7 +364,7 @@ impl Log {
     /// durability (the group engine's commit record), so one fsync covers both.
     pub async fn append_many_unsynced(&self, items: Items) -> StoreResult<Vec<OffsetRange>> {
         self.room_in_journal().await?;
-        Ok(self.write(items)?.0)
+        Ok(self.write_async(items).await?.0)
     }
 
     /// [`Log::append`] for a blocking caller: the same work in the calling thread, which leads
@@ -403,16 +407,44 @@ impl Log {
         Ok(())
     }
 
-    /// Checks and encodes `items` (in the calling thread), then writes them.
-    fn write(&self, items: Items) -> StoreResult<(Vec<OffsetRange>, Option<u64>)> {
+    /// Checks and encodes `items` (in the calling thread).
+    fn encode(&self, items: Items) -> StoreResult<EncodedRequest> {
         if self.is_closed() {
             return Err(StoreError::Closed);
         }
         check_items(&items, self.partition_count())?;
-        let request = encode_request(items, self.inner.options.compression)?;
-        let (records, bytes) = (request.records(), request.bytes.len() as u64);
+        encode_request(items, self.inner.options.compression)
+    }
+
+    /// Checks, encodes and writes `items`, with any file work the write needs (a roll, journal
+    /// space, a sync bound) in the calling thread.
+    fn write(&self, items: Items) -> StoreResult<(Vec<OffsetRange>, Option<u64>)> {
+        let request = self.encode(items)?;
+        let counts = (request.records(), request.bytes.len() as u64);
         let written = self.inner.write(request)?;
-        self.inner.metrics.appended(records, bytes);
+        self.inner.metrics.appended(counts.0, counts.1);
+        Ok(written)
+    }
+
+    /// [`Self::write`] for an async caller, which never does file work in place: when the
+    /// write needs some first (a roll, journal space, a sync bound), that work runs where it
+    /// holds up no other task ([`crate::blocking::aside`]) and the write is tried again. The
+    /// write itself always happens in a poll of this future, so a dropped future never leaves
+    /// a write to land later.
+    async fn write_async(&self, items: Items) -> StoreResult<(Vec<OffsetRange>, Option<u64>)> {
+        let mut request = self.encode(items)?;
+        let counts = (request.records(), request.bytes.len() as u64);
+        let written = loop {
+            match self.inner.try_write(request)? {
+                Ok(written) => break written,
+                Err(refused) => {
+                    let (inner, footprint) = (self.inner.clone(), refused.footprint());
+                    crate::blocking::aside(move || inner.make_room(&footprint)).await?;
+                    request = refused;
+                }
+            }
+        };
+        self.inner.metrics.appended(counts.0, counts.1);
         Ok(written)
     }
 

@@ -42,6 +42,15 @@ pub(crate) struct EncodedRequest {
     pub items: usize,
 }
 
+/// The room a request needs, without its bytes: what making room for it ahead takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Footprint {
+    /// Bytes per partition, sorted by partition.
+    pub partitions: Vec<(u32, u64)>,
+    /// Bytes of its journal frames.
+    pub frames: u64,
+}
+
 impl EncodedRequest {
     /// Records in the request.
     pub fn records(&self) -> u64 {
@@ -68,6 +77,18 @@ impl EncodedRequest {
             .sum()
     }
 
+    /// The room the request needs: bytes per partition (sorted by partition) and journal bytes.
+    pub fn footprint(&self) -> Footprint {
+        Footprint {
+            partitions: self
+                .sorted_partitions()
+                .into_iter()
+                .map(|id| (id, self.bytes_for(id)))
+                .collect(),
+            frames: self.frame_bytes(),
+        }
+    }
+
     /// Hands every batch, in order, to `write` (which seals it at its partition's next offset
     /// and copies it out); returns each item's offset range.
     pub fn write(&mut self, write: &mut BatchWriter<'_>) -> StoreResult<Vec<OffsetRange>> {
@@ -89,14 +110,11 @@ impl EncodedRequest {
             .collect()
     }
 
-    /// The distinct partitions the request touches, in first-use order.
-    pub fn partitions(&self) -> Vec<u32> {
-        let mut out: Vec<u32> = Vec::new();
-        for b in &self.batches {
-            if !out.contains(&b.partition) {
-                out.push(b.partition);
-            }
-        }
+    /// The distinct partitions the request touches, sorted (the order their locks are taken).
+    pub fn sorted_partitions(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = self.batches.iter().map(|b| b.partition).collect();
+        out.sort_unstable();
+        out.dedup();
         out
     }
 }
@@ -176,7 +194,7 @@ mod tests {
         ));
         let items = vec![(0, vec![small()]), (1, vec![small(), small()])];
         let request = encode_request(items, Compression::None).unwrap();
-        assert_eq!(request.partitions(), vec![0, 1]);
+        assert_eq!(request.sorted_partitions(), vec![0, 1]);
         assert_eq!(request.batches.len(), 2);
         assert_eq!(request.bytes_for(1), request.batches[1].range.len() as u64);
     }
