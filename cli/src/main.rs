@@ -34,6 +34,7 @@ fn emit(line: std::fmt::Arguments<'_>) {
 }
 
 mod positions;
+mod records;
 
 /// Ends the process after the output failed (see [`emit`]).
 fn output_failed(e: &std::io::Error) -> ! {
@@ -515,7 +516,7 @@ fn read(
     require_store(dir)?;
     let part = LivePartition::open(dir, name, partition).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();
-    let written = strata::tools::read::write_records(&part, partition, from, max, &mut out);
+    let written = records::write_records(&part, partition, from, max, &mut out);
     tool_result(written.map(drop))
 }
 
@@ -528,8 +529,8 @@ fn tail(dir: &Path, name: &str, partition: u32, last: u64, follow: bool) -> Resu
     let mut out = std::io::stdout().lock();
     let write = |from, max, out: &mut std::io::StdoutLock<'_>| {
         use std::io::Write;
-        let (_, next) = strata::tools::read::write_records(&part, partition, from, max, out)
-            .map_err(tool_error)?;
+        let (_, next) =
+            records::write_records(&part, partition, from, max, out).map_err(tool_error)?;
         out.flush().map_err(|e| tool_error(StoreError::Output(e)))?;
         Ok::<i64, String>(next)
     };
