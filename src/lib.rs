@@ -46,7 +46,7 @@ compile_error!("Strata supports Linux only (memory-mapped segments, fallocate, S
 mod setters;
 mod background;
 
-pub mod blocking;
+mod blocking;
 pub mod cold;
 pub mod coordination;
 pub mod error;
@@ -54,7 +54,7 @@ pub mod event_log;
 pub mod fs;
 #[cfg(feature = "ursula")]
 pub mod group;
-pub mod hold;
+mod hold;
 pub mod log;
 mod metrics;
 pub mod segment;

@@ -264,7 +264,7 @@ impl FaultFs {
     }
 
     /// Holds a thread before one of its operations while the others go on (see
-    /// [`super::interleave`]); `None` lifts the hold.
+    /// `fs::interleave`); `None` lifts the hold.
     pub fn hold_thread(&self, hold: Option<ThreadHold>) {
         self.hold.set(hold);
     }

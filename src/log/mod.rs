@@ -324,7 +324,8 @@ impl Log {
     /// once the records are durable (or acknowledged, under `Durability::Interval`).
     ///
     /// File work the write needs first (a segment roll, journal space, a sync bound) runs off
-    /// the executor thread ([`crate::blocking::aside`]); the write itself is memory work.
+    /// the executor thread (on tokio's blocking pool on a current-thread runtime, under
+    /// `block_in_place` on a multi-thread one); the write itself is memory work.
     ///
     /// Dropping the future (cancellation): before its first poll, while it waits for room in
     /// the journal, or while that file work runs, nothing is appended (the work done stays

@@ -1,5 +1,5 @@
 //! The store's one RocksDB for the state of every group (format/GROUP_STATE.md, "Layout"):
-//! `<root>/group_state/`, the column families of [`super::db::COLUMN_FAMILIES`], every key of a
+//! `<root>/group_state/`, the column families of `db::COLUMN_FAMILIES`, every key of a
 //! group under its prefix ([`group_prefix`]). Opened once per store, on the first group engine,
 //! and shared through [`Store::shared`]: a group costs no database, files, descriptors or threads
 //! of its own, and opening one reads its key range.
