@@ -328,11 +328,6 @@ impl ActiveSegment {
         }
     }
 
-    /// Path of the segment file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Base offset of the segment.
     pub fn base_offset(&self) -> i64 {
         self.base_offset

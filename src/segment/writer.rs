@@ -345,11 +345,6 @@ impl SegmentWriter {
         &self.file
     }
 
-    /// The writable mapping.
-    pub fn map(&self) -> &MapRef {
-        &self.map
-    }
-
     /// Seals the unsealed batch `batch` (its base offset as `header` says, this file's synced
     /// length) and copies it after the data; returns its [`BodyCrc`] if sealing hashed one.
     /// The caller makes room first (rolls when [`Self::remaining`] is too small).
