@@ -1456,9 +1456,7 @@ fn group_commands_on_a_current_thread_runtime_never_hold_up_its_other_tasks() {
         engines.push(engine);
     }
     fs.set_sync_delay(Duration::from_millis(40));
-    let (longest, engines) = rt.block_on(async {
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ticker = common::spawn_ticker(done.clone());
+    let (longest, engines) = common::longest_stall(&rt, async {
         let tasks: Vec<_> = engines
             .into_iter()
             .map(|mut engine| {
@@ -1478,8 +1476,7 @@ fn group_commands_on_a_current_thread_runtime_never_hold_up_its_other_tasks() {
         for task in tasks {
             engines.push(task.await.unwrap().unwrap());
         }
-        done.store(true, std::sync::atomic::Ordering::Release);
-        (ticker.await.unwrap(), engines)
+        engines
     });
     fs.set_sync_delay(Duration::ZERO);
     assert!(
@@ -1681,16 +1678,10 @@ fn a_group_engine_opened_async_never_holds_up_a_current_thread_runtime() {
     let cold = ColdStore::local_with_fs(store.fs().clone(), &dir.path().join("cold")).unwrap();
     fs.set_sync_delay(Duration::from_millis(40));
     let rt = current_thread();
-    let (longest, mut engine) = rt.block_on(async {
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ticker = common::spawn_ticker(done.clone());
-        // The ticker starts before the opens do, so a stall of theirs is a gap it sees.
-        tokio::task::yield_now().await;
-        let engine = DiskGroupEngine::open_async(&store, "g", cold, GroupOptions::default())
+    let (longest, mut engine) = common::longest_stall(&rt, async {
+        DiskGroupEngine::open_async(&store, "g", cold, GroupOptions::default())
             .await
-            .unwrap();
-        done.store(true, std::sync::atomic::Ordering::Release);
-        (ticker.await.unwrap(), engine)
+            .unwrap()
     });
     fs.set_sync_delay(Duration::ZERO);
     assert!(

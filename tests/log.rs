@@ -1290,9 +1290,7 @@ fn an_async_append_on_a_current_thread_runtime_never_holds_up_its_other_tasks() 
         .enable_all()
         .build()
         .unwrap();
-    let (longest, appended) = rt.block_on(async {
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ticker = common::spawn_ticker(done.clone());
+    let (longest, appended) = common::longest_stall(&rt, async {
         let mut appended = Vec::new();
         for i in 0..5u8 {
             // The ticker runs at least here, so a gap shows whatever an append held.
@@ -1300,8 +1298,7 @@ fn an_async_append_on_a_current_thread_runtime_never_holds_up_its_other_tasks() 
             let record = vec![NewRecord::value(1, Bytes::from(vec![i; 100]))];
             appended.push(log.append(0, record).await.unwrap().0);
         }
-        done.store(true, std::sync::atomic::Ordering::Release);
-        (ticker.await.unwrap(), appended)
+        appended
     });
     fs.set_sync_delay(Duration::ZERO);
     assert_eq!(
@@ -1393,11 +1390,7 @@ fn async_opens_and_closes_never_hold_up_a_current_thread_runtime() {
         .enable_all()
         .build()
         .unwrap();
-    let longest = rt.block_on(async {
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ticker = common::spawn_ticker(done.clone());
-        // The ticker starts before the opens do, so a stall of theirs is a gap it sees.
-        tokio::task::yield_now().await;
+    let (longest, ()) = common::longest_stall(&rt, async {
         let options = strata::StoreOptions::default().with_fs(fs.shared());
         let store = Store::open_async(dir.path(), options).await.unwrap();
         let log = store
@@ -1411,8 +1404,6 @@ fn async_opens_and_closes_never_hold_up_a_current_thread_runtime() {
         // Closing syncs and checkpoints every log; after it the last handles drop cheaply.
         store.close().await.unwrap();
         drop((store, log));
-        done.store(true, std::sync::atomic::Ordering::Release);
-        ticker.await.unwrap()
     });
     fs.set_sync_delay(Duration::ZERO);
     assert!(
@@ -1453,18 +1444,13 @@ fn async_appends_roll_segments_without_holding_up_a_current_thread_runtime() {
             .enable_all()
             .build()
             .unwrap();
-        let longest = rt.block_on(async {
-            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let ticker = common::spawn_ticker(done.clone());
-            tokio::task::yield_now().await;
+        let (longest, ()) = common::longest_stall(&rt, async {
             let value = Bytes::from(vec![7u8; 8 << 10]);
             // 48 records of 8 KiB per partition: about six rolls each.
             for i in 0..96u32 {
                 let record = NewRecord::value(i64::from(i), value.clone());
                 log.append(i % 2, vec![record]).await.unwrap();
             }
-            done.store(true, std::sync::atomic::Ordering::Release);
-            ticker.await.unwrap()
         });
         fs.set_sync_delay(Duration::ZERO);
         let sealed = std::fs::read_dir(dir.path().join("logs/rolls/0"))

@@ -96,19 +96,30 @@ pub fn traced<T>(f: impl FnOnce() -> T) -> (T, String) {
     (out, text)
 }
 
-/// Spawns a task on the current runtime that yields in a loop until `done` is set, and answers
-/// the longest time between two of its turns: the longest any other task held the executor.
+/// Runs `work` on `rt` beside a task that yields in a loop (started first, so a stall of
+/// `work` is a gap it sees); answers the longest time between two of that task's turns (the
+/// longest anything held the executor) and what `work` gave.
 #[allow(dead_code)]
-pub fn spawn_ticker(
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> tokio::task::JoinHandle<Duration> {
-    tokio::spawn(async move {
-        let (mut last, mut longest) = (std::time::Instant::now(), Duration::ZERO);
-        while !done.load(std::sync::atomic::Ordering::Acquire) {
-            tokio::task::yield_now().await;
-            longest = longest.max(last.elapsed());
-            last = std::time::Instant::now();
-        }
-        longest
+pub fn longest_stall<T>(
+    rt: &tokio::runtime::Runtime,
+    work: impl std::future::Future<Output = T>,
+) -> (Duration, T) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    rt.block_on(async {
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let ticker = tokio::spawn(async move {
+            let (mut last, mut longest) = (std::time::Instant::now(), Duration::ZERO);
+            while !flag.load(Ordering::Acquire) {
+                tokio::task::yield_now().await;
+                longest = longest.max(last.elapsed());
+                last = std::time::Instant::now();
+            }
+            longest
+        });
+        tokio::task::yield_now().await;
+        let out = work.await;
+        done.store(true, Ordering::Release);
+        (ticker.await.expect("the ticker ends"), out)
     })
 }
