@@ -1466,3 +1466,60 @@ fn async_appends_roll_segments_without_holding_up_a_current_thread_runtime() {
         assert_eq!(log.high_water_mark(1).unwrap(), 48);
     }
 }
+
+/// A checkpoint of an empty active segment, held before each of its first operations, while an
+/// append too large for the segment makes it again (bigger, at the same base), writes into it
+/// and a second checkpoint records it. The replaced file's checkpoint ends before the new file
+/// is used, so the two never write the segment's index (one name) at once and no late index of
+/// the replaced file lands over the new one's (which, with the close skipping a partition whose
+/// index counts as current, would lose the acknowledged record). Before, the two checkpoints
+/// ran side by side on the same temporary index file and the held one failed.
+#[test]
+fn a_late_checkpoint_of_a_segment_made_again_bigger_keeps_the_newer_index() {
+    use strata::fs::{OpKinds, ThreadHold};
+    for before in 0..6 {
+        let dir = tempfile::tempdir().unwrap();
+        let (fs, store) = common::fault_store(dir.path());
+        let options = LogOptions::default().with_segment_bytes(16 << 10);
+        let log = store.open_log("grow", 1, options.clone()).unwrap();
+        log.append_blocking(0, vec![NewRecord::value(1, Bytes::from(vec![1u8; 100]))])
+            .unwrap();
+        log.roll_blocking(0).unwrap();
+        fs.hold_thread(Some(ThreadHold {
+            thread: "strata-test-late".into(),
+            before,
+            kinds: OpKinds::ALL,
+            others: 10_000,
+            cut_after: false,
+        }));
+        let late = {
+            let log = log.clone();
+            std::thread::Builder::new()
+                .name("strata-test-late".into())
+                .spawn(move || log.checkpoint_blocking())
+                .unwrap()
+        };
+        let started = std::time::Instant::now();
+        while !fs.hold_report().reached && started.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let big = Bytes::from(vec![2u8; 40 << 10]);
+        let (offset, _) = log
+            .append_blocking(0, vec![NewRecord::value(2, big.clone())])
+            .unwrap();
+        log.checkpoint_blocking().unwrap();
+        let late = late.join().unwrap();
+        fs.hold_thread(None);
+        store.close_blocking().unwrap();
+        drop((log, store));
+        let store = Store::open(dir.path()).unwrap();
+        let log = store.open_log("grow", 1, options).unwrap();
+        let page = log.read(0, offset, 1 << 20).unwrap();
+        assert_eq!(
+            page.records.first().and_then(|r| r.value.clone()),
+            Some(big),
+            "held before its operation #{before}: the acknowledged record at {offset}"
+        );
+        late.unwrap_or_else(|e| panic!("held before its operation #{before}: {e}"));
+    }
+}

@@ -74,6 +74,11 @@ impl Default for SyncGate {
 }
 
 impl SyncGate {
+    /// True when `other` is this gate (a clone of it): the same file's syncs.
+    pub fn is(&self, other: &SyncGate) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+
     /// Holds the gate (waits for a running sync).
     pub fn lock(&self) -> MutexGuard<'_, GateState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())

@@ -206,6 +206,10 @@ impl PartitionWriter {
         let capacity = p.segment_capacity(needed);
         let fresh = SegmentWriter::recreate(&*p.fs, &path, base, (capacity, p.interval), &p.pins)?;
         assert_eq!(fresh.len(), SEGMENT_HEADER_LEN as u64);
+        // The replaced file's index has the new one's name: a checkpoint of the replaced file
+        // still running (its sync is detached from this lock) ends before this goes on, and one
+        // starting later writes nothing, so no late index of it lands over the new file's.
+        self.active.seal_with(|| Ok(()))?;
         let new_active = fresh.shared().clone();
         self.active = fresh;
         p.update_view(|view| view.active = new_active);

@@ -261,7 +261,7 @@ impl Partition {
         let ran = job.run(self.id);
         let mut w = self.lock_writer();
         match ran {
-            Ok(()) if w.active.base_offset() == job.base => {
+            Ok(()) if w.active.detached(&job) => {
                 w.active.mark_synced(job.len);
                 if mark {
                     w.active.mark_indexed(job.len);
@@ -269,7 +269,7 @@ impl Partition {
             }
             Ok(()) => {}
             Err(e) => {
-                if w.active.base_offset() == job.base {
+                if w.active.detached(&job) {
                     w.poisoned.get_or_insert_with(|| e.to_string());
                 }
                 return Err(e);

@@ -22,8 +22,6 @@ pub struct DetachedSync {
     pub(super) gate: SyncGate,
     pub(super) file: FileRef,
     pub(super) path: PathBuf,
-    /// Base offset of the segment.
-    pub base: i64,
     /// Data length the sync makes durable.
     pub len: u64,
     /// The segment's index at `len`, to record (atomically) as its durable floor once synced.

@@ -486,10 +486,15 @@ impl SegmentWriter {
             gate: self.gate.clone(),
             file: self.file.clone(),
             path: self.path.clone(),
-            base: self.base_offset(),
             len: self.len,
             index: index.map(|fs| (fs, self.shared.index())),
         }
+    }
+
+    /// True when `job` was detached from this writer's file (not from a file this one replaced
+    /// at the same base).
+    pub fn detached(&self, job: &DetachedSync) -> bool {
+        self.gate.is(&job.gate)
     }
 
     /// Before a sync: drops the writable page-table entries of the pages written since the last
