@@ -22,7 +22,8 @@ use crate::error::StoreError;
 use crate::log::Log;
 use crate::segment::NewRecord;
 
-/// Bytes of batches a range read holds at once.
+/// Bytes of records (keys and payloads, plus 32 per record) one page of a range read holds, on
+/// a current-thread runtime (a multi-thread one visits records one at a time).
 pub const RANGE_PAGE_BYTES: usize = 1 << 20;
 
 /// A disk-backed [`MetadataEventLog`]: every acknowledged record is on disk (per the log's

@@ -33,9 +33,10 @@ use pages::{refill, take_buffered, Ahead, Buffered};
 pub type CheckedEventStream =
     std::pin::Pin<Box<dyn Stream<Item = Result<MetadataEventRecord, MetadataLogError>> + Send>>;
 
-/// Bytes of batches one refill of the stream reads from one partition. Larger pages amortize the
-/// hand-off of each page between threads over more records; each costs about 80 bytes per record
-/// it holds (about 0.5 MiB for a page of 100-byte records).
+/// Bytes of records (keys and payloads, plus 32 per record) one refill of the stream reads from
+/// one partition. Larger pages amortize the hand-off of each page between threads over more
+/// records; a page's memory is about 90 bytes per record it holds (the payloads are slices of
+/// the mappings): about 0.7 MiB for a page of 100-byte records.
 const PAGE_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy)]
